@@ -1,0 +1,662 @@
+//! Layering: built-in profile → user file → `--policy FILE` → command-line flags, each item
+//! remembering where it came from, and the trust handoff rule for files the sandbox could
+//! have written.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::PolicyError;
+use crate::policy::{
+    AskMode, HostPort, NetworkMode, PolicyFile, ProjectAccess, SecretsSection,
+};
+use crate::profiles;
+use crate::secrets::BUILTIN_SECRETS;
+
+/// Where a piece of the resolved policy came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "name", rename_all = "kebab-case")]
+pub enum Source {
+    /// A built-in profile or list.
+    Builtin(String),
+    /// `$XDG_CONFIG_HOME/vetto/policy.toml`.
+    UserFile(PathBuf),
+    /// `--policy FILE`.
+    PolicyFile(PathBuf),
+    /// A command-line flag.
+    Flag(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Builtin(n) => write!(f, "built-in {n}"),
+            Source::UserFile(p) => write!(f, "user file {}", p.display()),
+            Source::PolicyFile(p) => write!(f, "policy file {}", p.display()),
+            Source::Flag(n) => write!(f, "flag {n}"),
+        }
+    }
+}
+
+/// A value and its origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sourced<T> {
+    /// The value.
+    pub value: T,
+    /// Where it came from.
+    pub source: Source,
+}
+
+impl<T> Sourced<T> {
+    fn new(value: T, source: &Source) -> Self {
+        Sourced { value, source: source.clone() }
+    }
+}
+
+/// One layer with its origin.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    /// The parsed layer.
+    pub file: PolicyFile,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// Resource limits, resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    /// Wall clock for the whole session.
+    pub wall_clock: Option<Sourced<Duration>>,
+    /// Process count.
+    pub processes: Option<Sourced<u64>>,
+    /// Memory in bytes.
+    pub memory: Option<Sourced<u64>>,
+    /// Open files per process.
+    pub open_files: Option<Sourced<u64>>,
+    /// Core dumps allowed.
+    pub core_dumps: Sourced<bool>,
+}
+
+/// The fully resolved policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Policy {
+    /// The base profile's name.
+    pub profile: String,
+    /// Access to the project tree.
+    pub project: Sourced<ProjectAccess>,
+    /// Fully writable directories under write-no-delete.
+    pub scratch: Vec<Sourced<String>>,
+    /// Extra read-only roots.
+    pub read: Vec<Sourced<String>>,
+    /// Extra read-write roots.
+    pub write: Vec<Sourced<String>>,
+    /// Read-only paths inside the project.
+    pub protected: Vec<Sourced<String>>,
+    /// Secret files.
+    pub secret_files: Vec<Sourced<String>>,
+    /// Secret directories.
+    pub secret_dirs: Vec<Sourced<String>>,
+    /// Secret globs.
+    pub secret_globs: Vec<Sourced<String>>,
+    /// Network mode.
+    pub network: Sourced<NetworkMode>,
+    /// Allowed destinations.
+    pub allow: Vec<Sourced<String>>,
+    /// Host loopback ports.
+    pub host_ports: Vec<Sourced<String>>,
+    /// Published sandbox ports.
+    pub publish: Vec<Sourced<u16>>,
+    /// Explicitly allowed CIDRs.
+    pub allow_cidrs: Vec<Sourced<String>>,
+    /// Exact environment names passed through.
+    pub pass_through: Vec<Sourced<String>>,
+    /// Fixed environment values.
+    pub env_set: BTreeMap<String, Sourced<String>>,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Unattended or interactive.
+    pub approvals: Sourced<AskMode>,
+    /// Every policy file that contributed (they are protected inside the sandbox).
+    pub files: Vec<PathBuf>,
+}
+
+fn push_unique<T: PartialEq + Clone>(dst: &mut Vec<Sourced<T>>, items: &[T], src: &Source) {
+    for item in items {
+        if !dst.iter().any(|d| &d.value == item) {
+            dst.push(Sourced::new(item.clone(), src));
+        }
+    }
+}
+
+/// Parse `"90s"`, `"30m"`, `"2h"`, `"1d"` or a plain number of seconds.
+pub fn parse_duration(key: &str, s: &str) -> Result<Duration, PolicyError> {
+    let bad = |reason: &str| PolicyError::BadValue {
+        key: key.into(),
+        value: s.into(),
+        reason: reason.into(),
+    };
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num.parse().map_err(|_| bad("expected a number followed by s, m, h or d"))?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(bad("unit must be s, m, h or d")),
+    };
+    if n == 0 {
+        return Err(bad("must be greater than zero"));
+    }
+    n.checked_mul(mult)
+        .map(Duration::from_secs)
+        .ok_or_else(|| bad("too large"))
+}
+
+/// Parse `"512M"`, `"4G"`, `"1024K"` or a plain number of bytes.
+pub fn parse_size(key: &str, s: &str) -> Result<u64, PolicyError> {
+    let bad = |reason: &str| PolicyError::BadValue {
+        key: key.into(),
+        value: s.into(),
+        reason: reason.into(),
+    };
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num.parse().map_err(|_| bad("expected a number followed by K, M or G"))?;
+    let mult: u64 = match unit {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        _ => return Err(bad("unit must be K, M or G")),
+    };
+    let v = n.checked_mul(mult).ok_or_else(|| bad("too large"))?;
+    if v < (16 << 20) {
+        return Err(bad("must be at least 16M"));
+    }
+    Ok(v)
+}
+
+fn host_port_string(hp: &HostPort) -> Result<String, PolicyError> {
+    match hp {
+        HostPort::Port(0) => Err(PolicyError::BadValue {
+            key: "network.host_ports".into(),
+            value: "0".into(),
+            reason: "port 0 is not a port".into(),
+        }),
+        HostPort::Port(p) => Ok(format!("127.0.0.1:{p}")),
+        HostPort::Addr(a) => {
+            let sa: std::net::SocketAddr = a.parse().map_err(|_| PolicyError::BadValue {
+                key: "network.host_ports".into(),
+                value: a.clone(),
+                reason: "expected PORT or LOOPBACK-ADDRESS:PORT".into(),
+            })?;
+            if !sa.ip().is_loopback() || sa.port() == 0 {
+                return Err(PolicyError::BadValue {
+                    key: "network.host_ports".into(),
+                    value: a.clone(),
+                    reason: "host_ports opens only a port on the host's loopback".into(),
+                });
+            }
+            Ok(sa.to_string())
+        }
+    }
+}
+
+/// Merge layers over a base profile. The first layer must be the profile itself.
+pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
+    let builtin = Source::Builtin(format!("profile \"{profile}\""));
+    let builtin_secrets = Source::Builtin("secret list".into());
+    let mut p = Policy {
+        profile: profile.to_string(),
+        project: Sourced::new(ProjectAccess::Read, &builtin),
+        scratch: vec![],
+        read: vec![],
+        write: vec![],
+        protected: vec![],
+        secret_files: vec![],
+        secret_dirs: vec![],
+        secret_globs: vec![],
+        network: Sourced::new(NetworkMode::Off, &builtin),
+        allow: vec![],
+        host_ports: vec![],
+        publish: vec![],
+        allow_cidrs: vec![],
+        pass_through: vec![],
+        env_set: BTreeMap::new(),
+        limits: Limits {
+            wall_clock: None,
+            processes: None,
+            memory: None,
+            open_files: None,
+            core_dumps: Sourced::new(false, &builtin),
+        },
+        approvals: Sourced::new(AskMode::Ask, &builtin),
+        files: vec![],
+    };
+    let builtin_section = SecretsSection {
+        extend: None,
+        files: Some(BUILTIN_SECRETS.files.iter().map(|s| s.to_string()).collect()),
+        dirs: Some(BUILTIN_SECRETS.dirs.iter().map(|s| s.to_string()).collect()),
+        globs: None,
+    };
+    apply_secrets(&mut p, &builtin_section, &builtin_secrets);
+
+    for layer in layers {
+        let src = &layer.source;
+        let f = &layer.file;
+        match src {
+            Source::UserFile(path) | Source::PolicyFile(path) => p.files.push(path.clone()),
+            _ => {}
+        }
+        if let Some(fs) = &f.filesystem {
+            if let Some(a) = fs.project {
+                p.project = Sourced::new(a, src);
+            }
+            push_unique(&mut p.scratch, fs.scratch.as_deref().unwrap_or(&[]), src);
+            push_unique(&mut p.read, fs.read.as_deref().unwrap_or(&[]), src);
+            push_unique(&mut p.write, fs.write.as_deref().unwrap_or(&[]), src);
+            push_unique(&mut p.protected, fs.protected.as_deref().unwrap_or(&[]), src);
+        }
+        if let Some(s) = &f.secrets {
+            apply_secrets(&mut p, s, src);
+        }
+        if let Some(n) = &f.network {
+            if let Some(m) = n.mode {
+                p.network = Sourced::new(m, src);
+            }
+            push_unique(&mut p.allow, n.allow.as_deref().unwrap_or(&[]), src);
+            let hps = n
+                .host_ports
+                .as_deref()
+                .unwrap_or(&[])
+                .iter()
+                .map(host_port_string)
+                .collect::<Result<Vec<_>, _>>()?;
+            push_unique(&mut p.host_ports, &hps, src);
+            push_unique(&mut p.publish, n.publish.as_deref().unwrap_or(&[]), src);
+            push_unique(&mut p.allow_cidrs, n.allow_cidrs.as_deref().unwrap_or(&[]), src);
+        }
+        if let Some(e) = &f.environment {
+            let names = e.pass_through.as_deref().unwrap_or(&[]);
+            for n in names {
+                if !valid_env_name(n) {
+                    return Err(PolicyError::BadValue {
+                        key: "environment.pass_through".into(),
+                        value: n.clone(),
+                        reason: "an exact variable name ([A-Za-z_][A-Za-z0-9_]*), no patterns"
+                            .into(),
+                    });
+                }
+            }
+            push_unique(&mut p.pass_through, names, src);
+            for (k, v) in e.set.iter().flatten() {
+                if !valid_env_name(k) || v.contains('\0') {
+                    return Err(PolicyError::BadValue {
+                        key: "environment.set".into(),
+                        value: k.clone(),
+                        reason: "not a valid variable name or value".into(),
+                    });
+                }
+                p.env_set.insert(k.clone(), Sourced::new(v.clone(), src));
+            }
+        }
+        if let Some(l) = &f.limits {
+            if let Some(w) = &l.wall_clock {
+                p.limits.wall_clock = Some(Sourced::new(parse_duration("limits.wall_clock", w)?, src));
+            }
+            if let Some(n) = l.processes {
+                if n == 0 {
+                    return Err(PolicyError::BadValue {
+                        key: "limits.processes".into(),
+                        value: "0".into(),
+                        reason: "must be at least 1".into(),
+                    });
+                }
+                p.limits.processes = Some(Sourced::new(n, src));
+            }
+            if let Some(m) = &l.memory {
+                p.limits.memory = Some(Sourced::new(parse_size("limits.memory", m)?, src));
+            }
+            if let Some(n) = l.open_files {
+                if n < 16 {
+                    return Err(PolicyError::BadValue {
+                        key: "limits.open_files".into(),
+                        value: n.to_string(),
+                        reason: "must be at least 16".into(),
+                    });
+                }
+                p.limits.open_files = Some(Sourced::new(n, src));
+            }
+            if let Some(c) = l.core_dumps {
+                p.limits.core_dumps = Sourced::new(c, src);
+            }
+        }
+        if let Some(a) = f.approvals.as_ref().and_then(|a| a.mode) {
+            p.approvals = Sourced::new(a, src);
+        }
+    }
+    Ok(p)
+}
+
+fn apply_secrets(p: &mut Policy, s: &SecretsSection, src: &Source) {
+    if s.extend == Some(false) {
+        p.secret_files.clear();
+        p.secret_dirs.clear();
+        p.secret_globs.clear();
+    }
+    push_unique(&mut p.secret_files, s.files.as_deref().unwrap_or(&[]), src);
+    push_unique(&mut p.secret_dirs, s.dirs.as_deref().unwrap_or(&[]), src);
+    push_unique(&mut p.secret_globs, s.globs.as_deref().unwrap_or(&[]), src);
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`
+pub fn valid_env_name(n: &str) -> bool {
+    let mut chars = n.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Everything that feeds resolution.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// `--profile`.
+    pub profile_flag: Option<String>,
+    /// The user file, if it exists.
+    pub user_file: Option<PathBuf>,
+    /// `--policy FILE`.
+    pub policy_file: Option<PathBuf>,
+    /// Flags, as a layer (source names each flag).
+    pub flags: Vec<Layer>,
+}
+
+/// What the trust rule needs to know about the host.
+pub struct TrustContext<'a> {
+    /// The project directory (canonical).
+    pub project: &'a Path,
+    /// Recorded trust.
+    pub store: &'a crate::trust::TrustStore,
+}
+
+fn load_layer(path: &Path, user: bool) -> Result<Layer, PolicyError> {
+    let canon = path.canonicalize().map_err(|source| PolicyError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = PolicyFile::load(&canon)?;
+    let source = if user { Source::UserFile(canon) } else { Source::PolicyFile(canon) };
+    Ok(Layer { file, source })
+}
+
+/// Resolve every layer into one policy, applying the trust handoff rule: a policy file that
+/// lies inside the project (or any root the sandbox may write) and whose SHA-256 has not been
+/// recorded with `vetto trust` may only narrow what the layers before it allow.
+pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, PolicyError> {
+    let mut file_layers = vec![];
+    if let Some(u) = &inputs.user_file {
+        file_layers.push(load_layer(u, true)?);
+    }
+    if let Some(pf) = &inputs.policy_file {
+        file_layers.push(load_layer(pf, false)?);
+    }
+    // Base profile: the flag wins, then the last file that names one.
+    let mut profile: Option<(String, String)> = inputs
+        .profile_flag
+        .clone()
+        .map(|p| (p, "flag --profile".to_string()));
+    for l in &file_layers {
+        if let Some(named) = &l.file.profile {
+            match &profile {
+                Some((base, origin)) if base != named && origin != "flag --profile" => {
+                    return Err(PolicyError::ProfileConflict {
+                        origin: l.source.to_string(),
+                        named: named.clone(),
+                        base: base.clone(),
+                    })
+                }
+                Some(_) => {}
+                None => profile = Some((named.clone(), l.source.to_string())),
+            }
+        }
+    }
+    let profile = profile.map_or_else(|| "default".to_string(), |(p, _)| p);
+    let base = Layer {
+        file: profiles::load(&profile)?,
+        source: Source::Builtin(format!("profile \"{profile}\"")),
+    };
+
+    let mut layers = vec![base];
+    for l in file_layers {
+        let path = match &l.source {
+            Source::UserFile(p) | Source::PolicyFile(p) => p.clone(),
+            _ => PathBuf::new(),
+        };
+        let before = merge(&profile, &layers)?;
+        let writable = sandbox_writable(&path, trust.project, &before, &l);
+        layers.push(l);
+        if writable && !trust.store.is_trusted(&path)? {
+            let after = merge(&profile, &layers)?;
+            let w = widenings(&before, &after);
+            if !w.is_empty() {
+                return Err(PolicyError::UntrustedWidening { path, widenings: w });
+            }
+        }
+    }
+    layers.extend(inputs.flags.iter().cloned());
+    merge(&profile, &layers)
+}
+
+/// Could the sandbox have written this file? Inside the project, or inside a write root that
+/// the layers so far or the file itself declare.
+fn sandbox_writable(path: &Path, project: &Path, before: &Policy, layer: &Layer) -> bool {
+    if path.starts_with(project) {
+        return true;
+    }
+    let own = layer
+        .file
+        .filesystem
+        .as_ref()
+        .and_then(|f| f.write.clone())
+        .unwrap_or_default();
+    before
+        .write
+        .iter()
+        .map(|s| s.value.clone())
+        .chain(own)
+        .filter_map(|w| std::path::Path::new(&w).canonicalize().ok())
+        .any(|w| path.starts_with(w))
+}
+
+fn added<T: PartialEq + fmt::Debug>(key: &str, before: &[Sourced<T>], after: &[Sourced<T>]) -> Option<String> {
+    let new: Vec<String> = after
+        .iter()
+        .filter(|a| !before.iter().any(|b| b.value == a.value))
+        .map(|a| format!("{:?}", a.value))
+        .collect();
+    (!new.is_empty()).then(|| format!("adds {key} {}", new.join(", ")))
+}
+
+fn removed<T: PartialEq + fmt::Debug>(key: &str, before: &[Sourced<T>], after: &[Sourced<T>]) -> Option<String> {
+    added(key, after, before).map(|s| s.replacen("adds", "removes", 1))
+}
+
+fn raised(key: &str, before: Option<u64>, after: Option<u64>) -> Option<String> {
+    match (before, after) {
+        (Some(b), None) => Some(format!("lifts {key} (was {b})")),
+        (Some(b), Some(a)) if a > b => Some(format!("raises {key} from {b} to {a}")),
+        _ => None,
+    }
+}
+
+/// Every way `after` allows more than `before`.
+pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
+    let mut w = vec![];
+    if after.project.value > before.project.value {
+        w.push(format!(
+            "raises filesystem.project from {} to {}",
+            before.project.value, after.project.value
+        ));
+    }
+    if after.project.value == ProjectAccess::WriteNoDelete {
+        w.extend(added("filesystem.scratch", &before.scratch, &after.scratch));
+    }
+    w.extend(added("filesystem.read", &before.read, &after.read));
+    w.extend(added("filesystem.write", &before.write, &after.write));
+    w.extend(removed("filesystem.protected", &before.protected, &after.protected));
+    w.extend(removed("secrets.files", &before.secret_files, &after.secret_files));
+    w.extend(removed("secrets.dirs", &before.secret_dirs, &after.secret_dirs));
+    w.extend(removed("secrets.globs", &before.secret_globs, &after.secret_globs));
+    if after.network.value > before.network.value {
+        w.push(format!(
+            "raises network.mode from {} to {}",
+            before.network.value, after.network.value
+        ));
+    }
+    w.extend(added("network.allow", &before.allow, &after.allow));
+    w.extend(added("network.host_ports", &before.host_ports, &after.host_ports));
+    w.extend(added("network.publish", &before.publish, &after.publish));
+    w.extend(added("network.allow_cidrs", &before.allow_cidrs, &after.allow_cidrs));
+    w.extend(added("environment.pass_through", &before.pass_through, &after.pass_through));
+    for (k, v) in &after.env_set {
+        if before.env_set.get(k).map(|b| &b.value) != Some(&v.value) {
+            w.push(format!("sets environment variable {k}"));
+        }
+    }
+    let secs = |d: &Option<Sourced<Duration>>| d.as_ref().map(|s| s.value.as_secs());
+    let val = |d: &Option<Sourced<u64>>| d.as_ref().map(|s| s.value);
+    w.extend(raised("limits.wall_clock (s)", secs(&before.limits.wall_clock), secs(&after.limits.wall_clock)));
+    w.extend(raised("limits.processes", val(&before.limits.processes), val(&after.limits.processes)));
+    w.extend(raised("limits.memory", val(&before.limits.memory), val(&after.limits.memory)));
+    w.extend(raised("limits.open_files", val(&before.limits.open_files), val(&after.limits.open_files)));
+    if after.limits.core_dumps.value && !before.limits.core_dumps.value {
+        w.push("enables limits.core_dumps".into());
+    }
+    if after.approvals.value > before.approvals.value {
+        w.push("changes approvals.mode from deny to ask".into());
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trust::TrustStore;
+
+    fn layer(text: &str, source: Source) -> Layer {
+        Layer { file: PolicyFile::parse(text, "test").expect("parses"), source }
+    }
+
+    #[test]
+    fn layers_override_in_order_and_keep_sources() {
+        let base = Layer { file: profiles::load("default").expect("p"), source: Source::Builtin("profile \"default\"".into()) };
+        let user = layer("[filesystem]\nproject = \"write-no-delete\"\nread = [\"/opt\"]\n", Source::UserFile("/u.toml".into()));
+        let flag = layer("[filesystem]\nproject = \"read\"\n", Source::Flag("--project-access".into()));
+        let p = merge("default", &[base, user, flag]).expect("merge");
+        assert_eq!(p.project.value, ProjectAccess::Read);
+        assert_eq!(p.project.source, Source::Flag("--project-access".into()));
+        assert_eq!(p.read[0].value, "/opt");
+        assert_eq!(p.read[0].source, Source::UserFile("/u.toml".into()));
+        assert_eq!(p.scratch[0].source, Source::Builtin("profile \"default\"".into()));
+        assert!(p.secret_dirs.iter().any(|s| s.value == "~/.ssh"));
+        assert_eq!(p.files, vec![PathBuf::from("/u.toml")]);
+    }
+
+    #[test]
+    fn extend_false_replaces_builtin_secrets() {
+        let base = Layer { file: profiles::load("default").expect("p"), source: Source::Builtin("x".into()) };
+        let l = layer("[secrets]\nextend = false\nfiles = [\"only.key\"]\n", Source::Flag("f".into()));
+        let p = merge("default", &[base, l]).expect("merge");
+        assert_eq!(p.secret_files.len(), 1);
+        assert!(p.secret_dirs.is_empty());
+    }
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("k", "30m").ok(), Some(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("k", "90").ok(), Some(Duration::from_secs(90)));
+        assert_eq!(
+            parse_duration("limits.wall_clock", "5 minutes").expect_err("bad").to_string(),
+            "bad value for `limits.wall_clock`: `5 minutes`: unit must be s, m, h or d"
+        );
+        assert_eq!(parse_size("k", "4G").ok(), Some(4 << 30));
+        assert!(parse_size("k", "1K").is_err());
+    }
+
+    #[test]
+    fn host_ports_must_be_loopback() {
+        let base = Layer { file: profiles::load("default").expect("p"), source: Source::Builtin("x".into()) };
+        let l = layer("[network]\nhost_ports = [\"10.0.0.1:5432\"]\n", Source::Flag("f".into()));
+        let e = merge("default", &[base, l]).expect_err("must refuse");
+        assert!(e.to_string().contains("only a port on the host's loopback"), "{e}");
+    }
+
+    fn ctx_resolve(project: &Path, file: &Path, store: &TrustStore) -> Result<Policy, PolicyError> {
+        let inputs = Inputs { policy_file: Some(file.to_path_buf()), ..Default::default() };
+        resolve(&inputs, &TrustContext { project, store })
+    }
+
+    #[test]
+    fn untrusted_project_policy_may_narrow() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let proj = dir.path().canonicalize().expect("c");
+        let f = proj.join("vetto.toml");
+        std::fs::write(&f, "profile = \"default\"\n[filesystem]\nproject = \"read\"\n[limits]\nprocesses = 10\n").expect("w");
+        let store = TrustStore::empty(dir.path().join("nowhere.json"));
+        let p = ctx_resolve(&proj, &f, &store).expect("narrowing is fine");
+        assert_eq!(p.project.value, ProjectAccess::Read);
+    }
+
+    #[test]
+    fn untrusted_project_policy_may_not_widen_until_trusted() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let proj = dir.path().join("p");
+        std::fs::create_dir(&proj).expect("mk");
+        let proj = proj.canonicalize().expect("c");
+        let f = proj.join("vetto.toml");
+        std::fs::write(&f, "[network]\nmode = \"allowlist\"\nallow = [\"evil.example\"]\n[secrets]\nextend = false\n").expect("w");
+        let store_path = dir.path().join("trust.json");
+        let store = TrustStore::load(&store_path).expect("load");
+        let e = ctx_resolve(&proj, &f, &store).expect_err("widening refused");
+        let s = e.to_string();
+        assert!(s.contains("raises network.mode from off to allowlist"), "{s}");
+        assert!(s.contains("adds network.allow \"evil.example\""), "{s}");
+        assert!(s.contains("removes secrets.dirs"), "{s}");
+        assert!(s.contains("vetto trust"), "{s}");
+
+        let mut store = store;
+        store.record(&f).expect("record");
+        store.save().expect("save");
+        let store = TrustStore::load(&store_path).expect("reload");
+        ctx_resolve(&proj, &f, &store).expect("trusted file may widen");
+
+        // The agent edits the trusted file: its hash changes and the trust is gone.
+        std::fs::write(&f, "[network]\nmode = \"allowlist\"\nallow = [\"evil2.example\"]\n").expect("w");
+        assert!(ctx_resolve(&proj, &f, &store).is_err());
+    }
+
+    #[test]
+    fn policy_outside_project_may_widen() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let proj = dir.path().join("p");
+        std::fs::create_dir(&proj).expect("mk");
+        let f = dir.path().join("outside.toml");
+        std::fs::write(&f, "[filesystem]\nread = [\"/opt\"]\n").expect("w");
+        let store = TrustStore::empty(dir.path().join("t.json"));
+        let p = ctx_resolve(&proj.canonicalize().expect("c"), &f, &store).expect("ok");
+        assert_eq!(p.read.len(), 1);
+    }
+
+    #[test]
+    fn profile_conflict_and_unknown_profile() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let proj = dir.path().canonicalize().expect("c");
+        let f = dir.path().join("x.toml");
+        std::fs::write(&f, "profile = \"nope\"\n").expect("w");
+        let store = TrustStore::empty(dir.path().join("t.json"));
+        let e = ctx_resolve(&proj, &f, &store).expect_err("unknown");
+        assert_eq!(e.to_string(), "unknown profile `nope` (built-in profiles: default, read-only, ci)");
+    }
+}

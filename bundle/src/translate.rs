@@ -1,0 +1,463 @@
+//! Policy → OCI bundle: a pure function from (resolved policy, host facts, secrets found) to
+//! an OCI runtime `Spec`, the `Plan` the in-container init applies, and an explanation of
+//! every item with where it came from.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use oci_spec::runtime::Spec;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::error::TranslateError;
+use crate::host::HostFacts;
+use crate::plan::{default_seccomp, FsAccess, Identity, LandlockPlan, LandlockRule, Plan};
+use crate::policy::{expand_path, NetworkMode, ProjectAccess};
+use crate::resolve::{Policy, Source, Sourced};
+use crate::secrets::{MaskKind, SecretMatch};
+
+/// Environment variables passed from the caller by default (exact names).
+pub const BUILTIN_ENV: &[&str] = &[
+    "TERM", "COLORTERM", "LANG", "LANGUAGE", "TZ", "EDITOR", "VISUAL", "PAGER", "PATH", "SHELL",
+    "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "GOPATH", "GOROOT", "NVM_DIR", "PYENV_ROOT",
+    "JAVA_HOME", "NO_COLOR", "COLUMNS", "LINES",
+];
+
+/// Prefixes passed by default (`LC_*`).
+pub const BUILTIN_ENV_PREFIXES: &[&str] = &["LC_"];
+
+/// Names that never pass unless named exactly in `pass_through`.
+pub fn never_passes(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    n == "GH_TOKEN"
+        || n.starts_with("AWS_")
+        || n.ends_with("_API_KEY")
+        || n.ends_with("_TOKEN")
+        || n.contains("SECRET")
+        || n.contains("PASSWORD")
+        || n.ends_with("_CREDENTIALS")
+}
+
+/// Size of the private `/dev/shm`.
+pub const SHM_SIZE: &str = "64m";
+
+/// One line of `vetto policy explain`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExplainItem {
+    /// mount, mask, protected, landlock, seccomp, env, limit, namespace, network, note.
+    pub category: String,
+    /// The path, name or syscall.
+    pub item: String,
+    /// What is done to it.
+    pub detail: String,
+    /// Where it came from.
+    pub source: String,
+}
+
+/// The result of translation.
+#[derive(Debug, Clone)]
+pub struct Translation {
+    /// The OCI runtime spec (`config.json`).
+    pub spec: Spec,
+    /// What the init applies.
+    pub plan: Plan,
+    /// Symlinks to create in the rootfs (merged-/usr hosts: `/bin -> usr/bin`).
+    pub rootfs_links: Vec<(PathBuf, String)>,
+    /// Every item with its origin.
+    pub explain: Vec<ExplainItem>,
+}
+
+struct Builder {
+    mounts: Vec<(PathBuf, Value, usize)>,
+    rules: Vec<LandlockRule>,
+    explain: Vec<ExplainItem>,
+    seq: usize,
+}
+
+impl Builder {
+    fn note(&mut self, category: &str, item: impl ToString, detail: impl ToString, source: impl ToString) {
+        self.explain.push(ExplainItem {
+            category: category.into(),
+            item: item.to_string(),
+            detail: detail.to_string(),
+            source: source.to_string(),
+        });
+    }
+
+    fn mount(&mut self, dest: &Path, m: Value) {
+        self.seq += 1;
+        self.mounts.push((dest.to_path_buf(), m, self.seq));
+    }
+
+    fn bind(&mut self, path: &Path, writable: bool) {
+        let mut opts = vec!["rbind", "nosuid", "nodev"];
+        opts.push(if writable { "rw" } else { "ro" });
+        self.mount(
+            path,
+            json!({"destination": path, "type": "bind", "source": path, "options": opts}),
+        );
+    }
+
+    fn tmpfs(&mut self, path: &Path, opts: &[&str]) {
+        self.mount(
+            path,
+            json!({"destination": path, "type": "tmpfs", "source": "tmpfs", "options": opts}),
+        );
+    }
+
+    fn rule(&mut self, path: &Path, access: FsAccess, optional: bool) {
+        self.rules.retain(|r| r.path != path);
+        self.rules.push(LandlockRule { path: path.to_path_buf(), access, optional });
+    }
+}
+
+fn path_err(key: &str, path: &str, reason: impl ToString) -> TranslateError {
+    TranslateError::Path { key: key.into(), path: path.into(), reason: reason.to_string() }
+}
+
+/// Resolve a policy path that must exist. Project-relative paths must stay inside the
+/// project after symlinks are resolved.
+fn resolve_existing(key: &str, raw: &str, facts: &HostFacts) -> Result<PathBuf, TranslateError> {
+    let expanded = expand_path(raw, &facts.home, &facts.project)?;
+    let canon = expanded
+        .canonicalize()
+        .map_err(|e| path_err(key, raw, format!("cannot resolve {}: {e}", expanded.display())))?;
+    let relative = !raw.starts_with('/') && !raw.starts_with('~');
+    if relative && !canon.starts_with(&facts.project) {
+        return Err(path_err(
+            key,
+            raw,
+            format!("escapes the project through a symlink (resolves to {})", canon.display()),
+        ));
+    }
+    Ok(canon)
+}
+
+/// Resolve a project-relative path that may not exist yet. Returns `None` if absent.
+fn resolve_in_project(key: &str, raw: &str, facts: &HostFacts) -> Result<Option<PathBuf>, TranslateError> {
+    if raw.starts_with('/') || raw.starts_with('~') {
+        return Err(path_err(key, raw, "must be relative to the project"));
+    }
+    let expanded = expand_path(raw, &facts.home, &facts.project)?;
+    if expanded.symlink_metadata().is_err() {
+        return Ok(None);
+    }
+    let canon = expanded
+        .canonicalize()
+        .map_err(|e| path_err(key, raw, format!("cannot resolve: {e}")))?;
+    if !canon.starts_with(&facts.project) {
+        return Err(path_err(
+            key,
+            raw,
+            format!("escapes the project through a symlink (resolves to {})", canon.display()),
+        ));
+    }
+    Ok(Some(canon))
+}
+
+fn check_root(key: &str, raw: &str, p: &Path) -> Result<(), TranslateError> {
+    let forbidden = ["/", "/proc", "/sys", "/dev", "/run", "/var/run"];
+    if forbidden.iter().any(|f| Path::new(f) == p) || p.starts_with("/proc") || p.starts_with("/sys") || p.starts_with("/dev") {
+        return Err(path_err(key, raw, format!("{} cannot be opened to the sandbox", p.display())));
+    }
+    Ok(())
+}
+
+/// Translate a resolved policy for this host into a bundle. `secrets` is the result of
+/// [`crate::secrets::scan`] on the same facts; `id` names the session (cgroup path, hostname
+/// stays `vetto`).
+pub fn translate(
+    policy: &Policy,
+    facts: &HostFacts,
+    secrets: &[SecretMatch],
+    id: &str,
+) -> Result<Translation, TranslateError> {
+    if policy.network.value != NetworkMode::Off {
+        return Err(TranslateError::Unsupported(format!(
+            "network.mode = \"{}\" (from {}): the broker has not landed; use \"off\"",
+            policy.network.value, policy.network.source
+        )));
+    }
+    let builtin = Source::Builtin("layout".into());
+    let mut b = Builder { mounts: vec![], rules: vec![], explain: vec![], seq: 0 };
+    let mut links = vec![];
+
+    // System directories, read-only.
+    for d in &facts.system_dirs {
+        match &d.symlink {
+            Some(target) => {
+                links.push((d.path.clone(), target.clone()));
+                b.note("mount", d.path.display(), format!("symlink -> {target}"), &builtin);
+            }
+            None => {
+                b.bind(&d.path, false);
+                b.rule(&d.path, FsAccess::ReadExec, false);
+                b.note("mount", d.path.display(), "read-only bind", &builtin);
+            }
+        }
+    }
+    // Kernel filesystems and devices.
+    b.mount(Path::new("/proc"), json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "nodev", "noexec"]}));
+    b.note("mount", "/proc", "new procfs for the sandbox's PID namespace", &builtin);
+    b.rule(Path::new("/proc"), FsAccess::ReadWrite, false);
+    b.mount(Path::new("/sys"), json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "nodev", "noexec", "ro"]}));
+    b.note("mount", "/sys", "read-only sysfs of the sandbox's network namespace", &builtin);
+    b.rule(Path::new("/sys"), FsAccess::ReadExec, false);
+    b.tmpfs(Path::new("/dev"), &["nosuid", "strictatime", "mode=755", "size=65536k"]);
+    b.mount(Path::new("/dev/pts"), json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]}));
+    b.tmpfs(Path::new("/dev/shm"), &["nosuid", "nodev", "noexec", "mode=1777", &format!("size={SHM_SIZE}")]);
+    b.note("mount", "/dev", format!("minimal: null zero full random urandom tty ptmx, devpts, private /dev/shm ({SHM_SIZE})"), &builtin);
+    for dev in ["null", "zero", "full", "random", "urandom", "tty"] {
+        b.rule(&Path::new("/dev").join(dev), FsAccess::Device, false);
+    }
+    b.rule(Path::new("/dev/pts"), FsAccess::Device, false);
+    b.rule(Path::new("/dev/ptmx"), FsAccess::Device, false);
+    b.rule(Path::new("/dev/shm"), FsAccess::ReadWrite, false);
+    // Private /tmp and HOME.
+    let project_access = policy.project.value;
+    let nodelete_inside = |root: &Path| {
+        project_access == ProjectAccess::WriteNoDelete && facts.project.starts_with(root)
+    };
+    b.tmpfs(Path::new("/tmp"), &["nosuid", "nodev", "mode=1777"]);
+    let tmp_access = if nodelete_inside(Path::new("/tmp")) { FsAccess::ReadWriteNoDelete } else { FsAccess::ReadWrite };
+    b.rule(Path::new("/tmp"), tmp_access, false);
+    b.note("mount", "/tmp", "private tmpfs", &builtin);
+    if facts.home != Path::new("/") && facts.home != facts.project {
+        b.tmpfs(&facts.home, &["nosuid", "nodev", "mode=700"]);
+        let home_access = if nodelete_inside(&facts.home) { FsAccess::ReadWriteNoDelete } else { FsAccess::ReadWrite };
+        b.rule(&facts.home, home_access, false);
+        b.note("mount", facts.home.display(), "private tmpfs HOME", &builtin);
+        if home_access == FsAccess::ReadWriteNoDelete {
+            for sub in [".cache", ".config", ".local"] {
+                let p = facts.home.join(sub);
+                b.tmpfs(&p, &["nosuid", "nodev", "mode=700"]);
+                b.rule(&p, FsAccess::ReadWrite, false);
+                b.note("mount", p.display(), "private tmpfs (fully writable; HOME itself is no-delete because the write-no-delete project lies inside it)", &builtin);
+            }
+        }
+    }
+    for dot in &facts.home_dotfiles {
+        b.bind(dot, false);
+        b.rule(dot, FsAccess::ReadExec, false);
+        b.note("mount", dot.display(), "read-only bind (commit identity / toolchain)", Source::Builtin("home dotfiles".into()));
+    }
+    // Extra roots.
+    for (list, writable) in [(&policy.read, false), (&policy.write, true)] {
+        let key = if writable { "filesystem.write" } else { "filesystem.read" };
+        for r in list {
+            let p = resolve_existing(key, &r.value, facts)?;
+            check_root(key, &r.value, &p)?;
+            b.bind(&p, writable);
+            b.rule(&p, if writable { FsAccess::ReadWrite } else { FsAccess::ReadExec }, false);
+            b.note("mount", p.display(), if writable { "read-write bind" } else { "read-only bind" }, &r.source);
+        }
+    }
+    // The project.
+    let (proj_access, proj_detail) = match project_access {
+        ProjectAccess::Read => (FsAccess::ReadExec, "project, read-only bind"),
+        ProjectAccess::Write => (FsAccess::ReadWrite, "project, read-write bind"),
+        ProjectAccess::WriteNoDelete => (FsAccess::ReadWriteNoDelete, "project, read-write bind; Landlock denies remove and rename"),
+    };
+    b.bind(&facts.project, project_access != ProjectAccess::Read);
+    b.rule(&facts.project, proj_access, false);
+    b.note("mount", facts.project.display(), proj_detail, &policy.project.source);
+    if project_access == ProjectAccess::WriteNoDelete {
+        for s in &policy.scratch {
+            match resolve_in_project("filesystem.scratch", &s.value, facts)? {
+                Some(p) if p.is_dir() => {
+                    b.rule(&p, FsAccess::ReadWrite, false);
+                    b.note("landlock", p.display(), "scratch: fully writable (delete and rename allowed)", &s.source);
+                }
+                _ => b.note("landlock", &s.value, "scratch: absent now, so not exempt (created later it is no-delete too)", &s.source),
+            }
+        }
+    }
+    // Protected paths and policy files inside the project.
+    if project_access != ProjectAccess::Read {
+        let mut protected: Vec<Sourced<String>> = policy.protected.clone();
+        for f in &policy.files {
+            if let Ok(rel) = f.strip_prefix(&facts.project) {
+                protected.push(Sourced {
+                    value: rel.to_string_lossy().into_owned(),
+                    source: Source::Builtin("policy file".into()),
+                });
+            }
+        }
+        for pr in &protected {
+            match resolve_in_project("filesystem.protected", &pr.value, facts)? {
+                Some(p) => {
+                    b.bind(&p, false);
+                    b.note("protected", p.display(), "read-only bind over the writable project", &pr.source);
+                }
+                None => b.note("protected", facts.project.join(&pr.value).display(), "absent: nothing to protect now (created later it is writable)", &pr.source),
+            }
+        }
+    }
+    // Secret masks: the resolved paths, if visible in the sandbox (under a bound root or HOME).
+    let visible_roots: Vec<PathBuf> = b
+        .mounts
+        .iter()
+        .filter(|(_, m, _)| m["type"] == "bind")
+        .map(|(d, _, _)| d.clone())
+        .chain(std::iter::once(facts.home.clone()))
+        .collect();
+    let masked_dirs: Vec<&Path> = secrets.iter().filter(|s| s.kind == MaskKind::Dir).map(|s| s.path.as_path()).collect();
+    for s in secrets {
+        let via = s.via.as_ref().map(|v| format!(" (reached through symlink {})", v.display())).unwrap_or_default();
+        if !visible_roots.iter().any(|r| s.path.starts_with(r)) {
+            b.note("mask", s.path.display(), format!("not visible in the sandbox, nothing to mask{via}"), &s.source);
+            continue;
+        }
+        if masked_dirs.iter().any(|d| s.path != *d && s.path.starts_with(d)) {
+            b.note("mask", s.path.display(), format!("inside a masked directory{via}"), &s.source);
+            continue;
+        }
+        match s.kind {
+            MaskKind::File => {
+                b.mount(&s.path, json!({"destination": s.path, "type": "bind", "source": "/dev/null", "options": ["bind", "ro", "nosuid", "nodev", "noexec"]}));
+                b.note("mask", s.path.display(), format!("/dev/null bound over it (pattern `{}`){via}", s.pattern), &s.source);
+            }
+            MaskKind::Dir => {
+                b.tmpfs(&s.path, &["ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k", "nr_inodes=1"]);
+                b.note("mask", s.path.display(), format!("empty mode-000 read-only tmpfs over it (pattern `{}`){via}", s.pattern), &s.source);
+            }
+        }
+    }
+    // Parents before children; for one destination, the order written (masks last).
+    b.mounts.sort_by_key(|(d, _, seq)| (d.components().count(), *seq));
+    let mounts: Vec<Value> = b.mounts.iter().map(|(_, m, _)| m.clone()).collect();
+
+    for r in &b.rules {
+        let src = builtin.to_string();
+        b.explain.push(ExplainItem {
+            category: "landlock".into(),
+            item: r.path.display().to_string(),
+            detail: format!("{:?}", r.access),
+            source: src,
+        });
+    }
+
+    // Environment.
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in &facts.env {
+        let exact = policy.pass_through.iter().find(|p| &p.value == k);
+        if let Some(p) = exact {
+            env.insert(k.clone(), v.clone());
+            b.note("env", k, "passed through (explicit)", &p.source);
+        } else if (BUILTIN_ENV.contains(&k.as_str()) || BUILTIN_ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+            && !never_passes(k)
+        {
+            env.insert(k.clone(), v.clone());
+            b.note("env", k, "passed through", Source::Builtin("environment allowlist".into()));
+        }
+    }
+    let fixed = Source::Builtin("environment".into());
+    for (k, v) in [
+        ("HOME", facts.home.display().to_string()),
+        ("USER", facts.user.clone()),
+        ("LOGNAME", facts.user.clone()),
+        ("VETTO_SANDBOX", "1".to_string()),
+    ] {
+        env.insert(k.into(), v.clone());
+        b.note("env", k, format!("set to {v}"), &fixed);
+    }
+    if !env.contains_key("PATH") {
+        let v = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin".to_string();
+        b.note("env", "PATH", format!("set to {v}"), &fixed);
+        env.insert("PATH".into(), v);
+    }
+    for (k, v) in &policy.env_set {
+        env.insert(k.clone(), v.value.clone());
+        b.note("env", k, format!("set to {}", v.value), &v.source);
+    }
+    let env_list: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+
+    // Limits.
+    let mut rlimits = vec![];
+    let core = if policy.limits.core_dumps.value { u64::MAX } else { 0 };
+    rlimits.push(json!({"type": "RLIMIT_CORE", "hard": core, "soft": core}));
+    b.note("limit", "core_dumps", if core == 0 { "RLIMIT_CORE = 0" } else { "allowed" }, &policy.limits.core_dumps.source);
+    if let Some(n) = &policy.limits.open_files {
+        rlimits.push(json!({"type": "RLIMIT_NOFILE", "hard": n.value, "soft": n.value}));
+        b.note("limit", "open_files", format!("RLIMIT_NOFILE = {}", n.value), &n.source);
+    }
+    if let Some(n) = &policy.limits.processes {
+        rlimits.push(json!({"type": "RLIMIT_NPROC", "hard": n.value, "soft": n.value}));
+        b.note("limit", "processes", format!("RLIMIT_NPROC = {}", n.value), &n.source);
+    }
+    if let Some(n) = &policy.limits.memory {
+        rlimits.push(json!({"type": "RLIMIT_AS", "hard": n.value, "soft": n.value}));
+        b.note("limit", "memory", format!("RLIMIT_AS = {} bytes", n.value), &n.source);
+    }
+    if let Some(w) = &policy.limits.wall_clock {
+        b.note("limit", "wall_clock", format!("{} s, then the whole sandbox is killed", w.value.as_secs()), &w.source);
+    }
+
+    // Seccomp and Landlock plan.
+    let seccomp = default_seccomp();
+    for s in &seccomp.deny {
+        b.note("seccomp", s, "EPERM", Source::Builtin("seccomp deny-list".into()));
+    }
+    for i in &seccomp.deny_ioctls {
+        b.note("seccomp", format!("ioctl {}", i.name), "EPERM", Source::Builtin("seccomp deny-list".into()));
+    }
+    b.note("seccomp", "x32 ABI and foreign architectures", "EPERM", Source::Builtin("seccomp deny-list".into()));
+    for ns in ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"] {
+        b.note("namespace", ns, "new", &builtin);
+    }
+    b.note("network", "mode", "off: private network namespace, only lo (up)", &policy.network.source);
+    b.note("process", "capabilities", "all dropped before exec (CapEff = CapBnd = 0), no_new_privs", &builtin);
+    b.note("process", "identity", format!("uid {} gid {} inside, mapped to the caller", facts.uid, facts.gid), &builtin);
+    b.note("approvals", "mode", format!("{:?}", policy.approvals.value).to_lowercase(), &policy.approvals.source);
+
+    let caps = ["CAP_NET_ADMIN", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID", "CAP_SETFCAP"];
+    let spec_json = json!({
+        "ociVersion": "1.0.2",
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": "vetto",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": ["/bin/true"],
+            "env": env_list,
+            "cwd": facts.cwd,
+            "noNewPrivileges": true,
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+            "rlimits": rlimits,
+        },
+        "mounts": mounts,
+        "linux": {
+            "uidMappings": [{"containerID": 0, "hostID": facts.uid, "size": 1}],
+            "gidMappings": [{"containerID": 0, "hostID": facts.gid, "size": 1}],
+            "namespaces": [
+                {"type": "user"}, {"type": "mount"}, {"type": "pid"}, {"type": "network"},
+                {"type": "ipc"}, {"type": "uts"}, {"type": "cgroup"}
+            ],
+            "cgroupsPath": format!("/vetto/{id}"),
+            "maskedPaths": [
+                "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+                "/sys/firmware", "/sys/devices/virtual/powercap"
+            ],
+            "readonlyPaths": [
+                "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"
+            ],
+        },
+        "annotations": {"dev.vetto.profile": policy.profile},
+    });
+    let spec: Spec = serde_json::from_value(spec_json).map_err(|e| TranslateError::Oci(e.to_string()))?;
+
+    let plan = Plan {
+        version: 1,
+        landlock: LandlockPlan {
+            rules: b.rules.clone(),
+            min_abi: 1,
+            scope: facts.landlock_abi.is_some_and(|a| a >= 6),
+        },
+        seccomp,
+        loopback_up: true,
+        identity: Identity { uid: facts.uid, gid: facts.gid },
+        wall_clock_secs: policy.limits.wall_clock.as_ref().map(|w| w.value.as_secs()),
+    };
+    Ok(Translation { spec, plan, rootfs_links: links, explain: b.explain })
+}
