@@ -31,6 +31,8 @@ pub struct HostFacts {
     pub system_dirs: Vec<SystemDir>,
     /// Optional HOME dotfiles and toolchain homes that exist.
     pub home_dotfiles: Vec<PathBuf>,
+    /// Host paths the sandbox must never be able to write (vetto's config and trust store).
+    pub host_private: Vec<PathBuf>,
 }
 
 /// A top-level system directory.
@@ -43,8 +45,9 @@ pub struct SystemDir {
 }
 
 /// System directories bound read-only when they exist.
-pub const SYSTEM_DIRS: &[&str] =
-    &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"];
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
 
 /// Files and directories under HOME that are bound read-only when they exist: commit identity
 /// and toolchain homes. Secrets inside them stay masked.
@@ -86,7 +89,11 @@ impl HostFacts {
         })?;
         let project = canonical_dir(project.unwrap_or(&cwd), "project")?;
         let cwd = cwd.canonicalize().unwrap_or_else(|_| project.clone());
-        let cwd = if cwd.starts_with(&project) { cwd } else { project.clone() };
+        let cwd = if cwd.starts_with(&project) {
+            cwd
+        } else {
+            project.clone()
+        };
         // SAFETY: getuid/getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let env: BTreeMap<String, String> = std::env::vars_os()
@@ -100,12 +107,20 @@ impl HostFacts {
                 reason: "HOME must be an absolute path".into(),
             });
         }
-        let home = Path::new(&home_raw).canonicalize().unwrap_or_else(|_| PathBuf::from(&home_raw));
+        let home = Path::new(&home_raw)
+            .canonicalize()
+            .unwrap_or_else(|_| PathBuf::from(&home_raw));
         let user = env
             .get("USER")
             .or_else(|| env.get("LOGNAME"))
             .cloned()
-            .unwrap_or_else(|| if uid == 0 { "root".into() } else { format!("u{uid}") });
+            .unwrap_or_else(|| {
+                if uid == 0 {
+                    "root".into()
+                } else {
+                    format!("u{uid}")
+                }
+            });
         let system_dirs = SYSTEM_DIRS
             .iter()
             .filter_map(|d| {
@@ -118,7 +133,10 @@ impl HostFacts {
                 } else {
                     return None;
                 };
-                Some(SystemDir { path: p.to_path_buf(), symlink })
+                Some(SystemDir {
+                    path: p.to_path_buf(),
+                    symlink,
+                })
             })
             .collect();
         let home_dotfiles = HOME_DOTFILES
@@ -137,6 +155,7 @@ impl HostFacts {
             landlock_abi: None,
             system_dirs,
             home_dotfiles,
+            host_private: vec![],
         })
     }
 }

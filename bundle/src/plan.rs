@@ -128,8 +128,14 @@ pub fn default_seccomp() -> SeccompPlan {
     SeccompPlan {
         deny: deny.iter().map(|s| s.to_string()).collect(),
         deny_ioctls: vec![
-            IoctlDeny { name: "TIOCSTI".into(), request: 0x5412 },
-            IoctlDeny { name: "TIOCLINUX".into(), request: 0x541C },
+            IoctlDeny {
+                name: "TIOCSTI".into(),
+                request: 0x5412,
+            },
+            IoctlDeny {
+                name: "TIOCLINUX".into(),
+                request: 0x541C,
+            },
         ],
         deny_x32: true,
         deny_foreign_arch: true,

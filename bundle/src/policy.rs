@@ -38,7 +38,9 @@ pub struct PolicyFile {
 
 /// How much the sandbox may do to the project tree (side-effect levels READ / WRITE /
 /// DESTRUCTIVE mapped onto Landlock rights).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProjectAccess {
     /// Read and execute only.
@@ -85,12 +87,15 @@ pub struct SecretsSection {
     pub files: Option<Vec<String>>,
     /// Secret directories: an empty mode-000 tmpfs is mounted over each.
     pub dirs: Option<Vec<String>>,
-    /// Name globs (`*.pem`) matched anywhere in the project, or path globs (`~/.config/*/token`).
+    /// Name globs (`*.pem`) matched anywhere in the project, or path globs with the glob in the last component
+    /// (`~/.config/tool/*.token`).
     pub globs: Option<Vec<String>>,
 }
 
 /// Network modes, from narrowest to widest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkMode {
     /// No network at all: a private network namespace with only `lo`.
@@ -173,7 +178,9 @@ pub struct LimitsSection {
 }
 
 /// What happens to a request that would ask a human.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum AskMode {
     /// Unattended: anything that would ask is denied.
@@ -265,7 +272,9 @@ pub fn expand_path(raw: &str, home: &Path, base: &Path) -> Result<PathBuf, Polic
     } else {
         base.join(raw)
     };
-    if p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+    if p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
         return Err(PolicyError::BadPath {
             path: raw.to_string(),
             reason: "`..` is not allowed in policy paths".into(),
@@ -283,14 +292,20 @@ mod tests {
         let text = "[environment]\npass_thru = [\"FOO\"]\n";
         let err = PolicyFile::parse(text, "p.toml").expect_err("must fail");
         let s = err.to_string();
-        assert!(s.starts_with("p.toml: line 2, column 1: unknown field `pass_thru`"), "{s}");
+        assert!(
+            s.starts_with("p.toml: line 2, column 1: unknown field `pass_thru`"),
+            "{s}"
+        );
         assert!(s.contains("expected `pass_through` or `set`"), "{s}");
     }
 
     #[test]
     fn unknown_table_is_an_error() {
         let err = PolicyFile::parse("[filesystm]\n", "p.toml").expect_err("must fail");
-        assert!(err.to_string().contains("unknown field `filesystm`"), "{err}");
+        assert!(
+            err.to_string().contains("unknown field `filesystm`"),
+            "{err}"
+        );
         assert!(err.to_string().contains("line 1, column 2"), "{err}");
     }
 
@@ -298,7 +313,10 @@ mod tests {
     fn wrong_type_is_an_error() {
         let err = PolicyFile::parse("[limits]\nprocesses = \"many\"\n", "p.toml").expect_err("x");
         let s = err.to_string();
-        assert!(s.starts_with("p.toml: line 2, column 13: invalid type: string \"many\", expected u64"), "{s}");
+        assert!(
+            s.starts_with("p.toml: line 2, column 13: invalid type: string \"many\", expected u64"),
+            "{s}"
+        );
     }
 
     #[test]
@@ -306,7 +324,10 @@ mod tests {
         let err = PolicyFile::parse("[filesystem]\nproject = \"rw\"\n", "p.toml").expect_err("x");
         let s = err.to_string();
         assert!(s.contains("line 2, column 11"), "{s}");
-        assert!(s.contains("unknown variant `rw`, expected one of `read`, `write-no-delete`, `write`"), "{s}");
+        assert!(
+            s.contains("unknown variant `rw`, expected one of `read`, `write-no-delete`, `write`"),
+            "{s}"
+        );
     }
 
     #[test]
@@ -345,20 +366,38 @@ mode = "deny"
         let p = PolicyFile::parse(text, "p.toml").expect("parses");
         assert_eq!(
             p.network.as_ref().and_then(|n| n.host_ports.clone()),
-            Some(vec![HostPort::Port(5432), HostPort::Addr("127.0.0.1:8080".into())])
+            Some(vec![
+                HostPort::Port(5432),
+                HostPort::Addr("127.0.0.1:8080".into())
+            ])
         );
-        assert_eq!(p.filesystem.and_then(|f| f.project), Some(ProjectAccess::WriteNoDelete));
+        assert_eq!(
+            p.filesystem.and_then(|f| f.project),
+            Some(ProjectAccess::WriteNoDelete)
+        );
     }
 
     #[test]
     fn expand_path_rules() {
         let home = Path::new("/home/u");
         let proj = Path::new("/work/p");
-        assert_eq!(expand_path("~/.ssh", home, proj).ok(), Some(PathBuf::from("/home/u/.ssh")));
-        assert_eq!(expand_path("docs", home, proj).ok(), Some(PathBuf::from("/work/p/docs")));
-        assert_eq!(expand_path("/etc", home, proj).ok(), Some(PathBuf::from("/etc")));
+        assert_eq!(
+            expand_path("~/.ssh", home, proj).ok(),
+            Some(PathBuf::from("/home/u/.ssh"))
+        );
+        assert_eq!(
+            expand_path("docs", home, proj).ok(),
+            Some(PathBuf::from("/work/p/docs"))
+        );
+        assert_eq!(
+            expand_path("/etc", home, proj).ok(),
+            Some(PathBuf::from("/etc"))
+        );
         let e = expand_path("../x", home, proj).expect_err("dotdot");
-        assert_eq!(e.to_string(), "bad path `../x`: `..` is not allowed in policy paths");
+        assert_eq!(
+            e.to_string(),
+            "bad path `../x`: `..` is not allowed in policy paths"
+        );
         assert!(expand_path("~root/x", home, proj).is_err());
         assert!(expand_path("", home, proj).is_err());
     }

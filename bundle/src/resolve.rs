@@ -10,9 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::PolicyError;
-use crate::policy::{
-    AskMode, HostPort, NetworkMode, PolicyFile, ProjectAccess, SecretsSection,
-};
+use crate::policy::{AskMode, HostPort, NetworkMode, PolicyFile, ProjectAccess, SecretsSection};
 use crate::profiles;
 use crate::secrets::BUILTIN_SECRETS;
 
@@ -52,7 +50,10 @@ pub struct Sourced<T> {
 
 impl<T> Sourced<T> {
     fn new(value: T, source: &Source) -> Self {
-        Sourced { value, source: source.clone() }
+        Sourced {
+            value,
+            source: source.clone(),
+        }
     }
 }
 
@@ -140,7 +141,9 @@ pub fn parse_duration(key: &str, s: &str) -> Result<Duration, PolicyError> {
     };
     let t = s.trim();
     let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = num.parse().map_err(|_| bad("expected a number followed by s, m, h or d"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| bad("expected a number followed by s, m, h or d"))?;
     let mult = match unit {
         "" | "s" => 1,
         "m" => 60,
@@ -165,7 +168,9 @@ pub fn parse_size(key: &str, s: &str) -> Result<u64, PolicyError> {
     };
     let t = s.trim();
     let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = num.parse().map_err(|_| bad("expected a number followed by K, M or G"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| bad("expected a number followed by K, M or G"))?;
     let mult: u64 = match unit {
         "" | "B" => 1,
         "K" | "KiB" => 1 << 10,
@@ -239,7 +244,13 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
     };
     let builtin_section = SecretsSection {
         extend: None,
-        files: Some(BUILTIN_SECRETS.files.iter().map(|s| s.to_string()).collect()),
+        files: Some(
+            BUILTIN_SECRETS
+                .files
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        ),
         dirs: Some(BUILTIN_SECRETS.dirs.iter().map(|s| s.to_string()).collect()),
         globs: None,
     };
@@ -259,7 +270,11 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
             push_unique(&mut p.scratch, fs.scratch.as_deref().unwrap_or(&[]), src);
             push_unique(&mut p.read, fs.read.as_deref().unwrap_or(&[]), src);
             push_unique(&mut p.write, fs.write.as_deref().unwrap_or(&[]), src);
-            push_unique(&mut p.protected, fs.protected.as_deref().unwrap_or(&[]), src);
+            push_unique(
+                &mut p.protected,
+                fs.protected.as_deref().unwrap_or(&[]),
+                src,
+            );
         }
         if let Some(s) = &f.secrets {
             apply_secrets(&mut p, s, src);
@@ -278,7 +293,11 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
                 .collect::<Result<Vec<_>, _>>()?;
             push_unique(&mut p.host_ports, &hps, src);
             push_unique(&mut p.publish, n.publish.as_deref().unwrap_or(&[]), src);
-            push_unique(&mut p.allow_cidrs, n.allow_cidrs.as_deref().unwrap_or(&[]), src);
+            push_unique(
+                &mut p.allow_cidrs,
+                n.allow_cidrs.as_deref().unwrap_or(&[]),
+                src,
+            );
         }
         if let Some(e) = &f.environment {
             let names = e.pass_through.as_deref().unwrap_or(&[]);
@@ -306,7 +325,8 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         }
         if let Some(l) = &f.limits {
             if let Some(w) = &l.wall_clock {
-                p.limits.wall_clock = Some(Sourced::new(parse_duration("limits.wall_clock", w)?, src));
+                p.limits.wall_clock =
+                    Some(Sourced::new(parse_duration("limits.wall_clock", w)?, src));
             }
             if let Some(n) = l.processes {
                 if n == 0 {
@@ -381,14 +401,27 @@ pub struct TrustContext<'a> {
     pub store: &'a crate::trust::TrustStore,
 }
 
-fn load_layer(path: &Path, user: bool) -> Result<Layer, PolicyError> {
+/// Read a policy file once: the same bytes are parsed and, for the trust rule, hashed.
+fn load_layer(path: &Path, user: bool) -> Result<(Layer, Vec<u8>), PolicyError> {
     let canon = path.canonicalize().map_err(|source| PolicyError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    let file = PolicyFile::load(&canon)?;
-    let source = if user { Source::UserFile(canon) } else { Source::PolicyFile(canon) };
-    Ok(Layer { file, source })
+    let bytes = std::fs::read(&canon).map_err(|source| PolicyError::Read {
+        path: canon.clone(),
+        source,
+    })?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| PolicyError::Parse {
+        origin: canon.display().to_string(),
+        message: "not UTF-8 text".into(),
+    })?;
+    let file = PolicyFile::parse(text, &canon.display().to_string())?;
+    let source = if user {
+        Source::UserFile(canon)
+    } else {
+        Source::PolicyFile(canon)
+    };
+    Ok((Layer { file, source }, bytes))
 }
 
 /// Resolve every layer into one policy, applying the trust handoff rule: a policy file that
@@ -407,7 +440,7 @@ pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, Poli
         .profile_flag
         .clone()
         .map(|p| (p, "flag --profile".to_string()));
-    for l in &file_layers {
+    for (l, _) in &file_layers {
         if let Some(named) = &l.file.profile {
             match &profile {
                 Some((base, origin)) if base != named && origin != "flag --profile" => {
@@ -429,7 +462,7 @@ pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, Poli
     };
 
     let mut layers = vec![base];
-    for l in file_layers {
+    for (l, bytes) in file_layers {
         let path = match &l.source {
             Source::UserFile(p) | Source::PolicyFile(p) => p.clone(),
             _ => PathBuf::new(),
@@ -437,7 +470,7 @@ pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, Poli
         let before = merge(&profile, &layers)?;
         let writable = sandbox_writable(&path, trust.project, &before, &l);
         layers.push(l);
-        if writable && !trust.store.is_trusted(&path)? {
+        if writable && !trust.store.is_trusted_content(&path, &bytes) {
             let after = merge(&profile, &layers)?;
             let w = widenings(&before, &after);
             if !w.is_empty() {
@@ -470,7 +503,11 @@ fn sandbox_writable(path: &Path, project: &Path, before: &Policy, layer: &Layer)
         .any(|w| path.starts_with(w))
 }
 
-fn added<T: PartialEq + fmt::Debug>(key: &str, before: &[Sourced<T>], after: &[Sourced<T>]) -> Option<String> {
+fn added<T: PartialEq + fmt::Debug>(
+    key: &str,
+    before: &[Sourced<T>],
+    after: &[Sourced<T>],
+) -> Option<String> {
     let new: Vec<String> = after
         .iter()
         .filter(|a| !before.iter().any(|b| b.value == a.value))
@@ -479,7 +516,11 @@ fn added<T: PartialEq + fmt::Debug>(key: &str, before: &[Sourced<T>], after: &[S
     (!new.is_empty()).then(|| format!("adds {key} {}", new.join(", ")))
 }
 
-fn removed<T: PartialEq + fmt::Debug>(key: &str, before: &[Sourced<T>], after: &[Sourced<T>]) -> Option<String> {
+fn removed<T: PartialEq + fmt::Debug>(
+    key: &str,
+    before: &[Sourced<T>],
+    after: &[Sourced<T>],
+) -> Option<String> {
     added(key, after, before).map(|s| s.replacen("adds", "removes", 1))
 }
 
@@ -505,10 +546,26 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
     }
     w.extend(added("filesystem.read", &before.read, &after.read));
     w.extend(added("filesystem.write", &before.write, &after.write));
-    w.extend(removed("filesystem.protected", &before.protected, &after.protected));
-    w.extend(removed("secrets.files", &before.secret_files, &after.secret_files));
-    w.extend(removed("secrets.dirs", &before.secret_dirs, &after.secret_dirs));
-    w.extend(removed("secrets.globs", &before.secret_globs, &after.secret_globs));
+    w.extend(removed(
+        "filesystem.protected",
+        &before.protected,
+        &after.protected,
+    ));
+    w.extend(removed(
+        "secrets.files",
+        &before.secret_files,
+        &after.secret_files,
+    ));
+    w.extend(removed(
+        "secrets.dirs",
+        &before.secret_dirs,
+        &after.secret_dirs,
+    ));
+    w.extend(removed(
+        "secrets.globs",
+        &before.secret_globs,
+        &after.secret_globs,
+    ));
     if after.network.value > before.network.value {
         w.push(format!(
             "raises network.mode from {} to {}",
@@ -516,10 +573,22 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
         ));
     }
     w.extend(added("network.allow", &before.allow, &after.allow));
-    w.extend(added("network.host_ports", &before.host_ports, &after.host_ports));
+    w.extend(added(
+        "network.host_ports",
+        &before.host_ports,
+        &after.host_ports,
+    ));
     w.extend(added("network.publish", &before.publish, &after.publish));
-    w.extend(added("network.allow_cidrs", &before.allow_cidrs, &after.allow_cidrs));
-    w.extend(added("environment.pass_through", &before.pass_through, &after.pass_through));
+    w.extend(added(
+        "network.allow_cidrs",
+        &before.allow_cidrs,
+        &after.allow_cidrs,
+    ));
+    w.extend(added(
+        "environment.pass_through",
+        &before.pass_through,
+        &after.pass_through,
+    ));
     for (k, v) in &after.env_set {
         if before.env_set.get(k).map(|b| &b.value) != Some(&v.value) {
             w.push(format!("sets environment variable {k}"));
@@ -527,10 +596,26 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
     }
     let secs = |d: &Option<Sourced<Duration>>| d.as_ref().map(|s| s.value.as_secs());
     let val = |d: &Option<Sourced<u64>>| d.as_ref().map(|s| s.value);
-    w.extend(raised("limits.wall_clock (s)", secs(&before.limits.wall_clock), secs(&after.limits.wall_clock)));
-    w.extend(raised("limits.processes", val(&before.limits.processes), val(&after.limits.processes)));
-    w.extend(raised("limits.memory", val(&before.limits.memory), val(&after.limits.memory)));
-    w.extend(raised("limits.open_files", val(&before.limits.open_files), val(&after.limits.open_files)));
+    w.extend(raised(
+        "limits.wall_clock (s)",
+        secs(&before.limits.wall_clock),
+        secs(&after.limits.wall_clock),
+    ));
+    w.extend(raised(
+        "limits.processes",
+        val(&before.limits.processes),
+        val(&after.limits.processes),
+    ));
+    w.extend(raised(
+        "limits.memory",
+        val(&before.limits.memory),
+        val(&after.limits.memory),
+    ));
+    w.extend(raised(
+        "limits.open_files",
+        val(&before.limits.open_files),
+        val(&after.limits.open_files),
+    ));
     if after.limits.core_dumps.value && !before.limits.core_dumps.value {
         w.push("enables limits.core_dumps".into());
     }
@@ -546,28 +631,49 @@ mod tests {
     use crate::trust::TrustStore;
 
     fn layer(text: &str, source: Source) -> Layer {
-        Layer { file: PolicyFile::parse(text, "test").expect("parses"), source }
+        Layer {
+            file: PolicyFile::parse(text, "test").expect("parses"),
+            source,
+        }
     }
 
     #[test]
     fn layers_override_in_order_and_keep_sources() {
-        let base = Layer { file: profiles::load("default").expect("p"), source: Source::Builtin("profile \"default\"".into()) };
-        let user = layer("[filesystem]\nproject = \"write-no-delete\"\nread = [\"/opt\"]\n", Source::UserFile("/u.toml".into()));
-        let flag = layer("[filesystem]\nproject = \"read\"\n", Source::Flag("--project-access".into()));
+        let base = Layer {
+            file: profiles::load("default").expect("p"),
+            source: Source::Builtin("profile \"default\"".into()),
+        };
+        let user = layer(
+            "[filesystem]\nproject = \"write-no-delete\"\nread = [\"/opt\"]\n",
+            Source::UserFile("/u.toml".into()),
+        );
+        let flag = layer(
+            "[filesystem]\nproject = \"read\"\n",
+            Source::Flag("--project-access".into()),
+        );
         let p = merge("default", &[base, user, flag]).expect("merge");
         assert_eq!(p.project.value, ProjectAccess::Read);
         assert_eq!(p.project.source, Source::Flag("--project-access".into()));
         assert_eq!(p.read[0].value, "/opt");
         assert_eq!(p.read[0].source, Source::UserFile("/u.toml".into()));
-        assert_eq!(p.scratch[0].source, Source::Builtin("profile \"default\"".into()));
+        assert_eq!(
+            p.scratch[0].source,
+            Source::Builtin("profile \"default\"".into())
+        );
         assert!(p.secret_dirs.iter().any(|s| s.value == "~/.ssh"));
         assert_eq!(p.files, vec![PathBuf::from("/u.toml")]);
     }
 
     #[test]
     fn extend_false_replaces_builtin_secrets() {
-        let base = Layer { file: profiles::load("default").expect("p"), source: Source::Builtin("x".into()) };
-        let l = layer("[secrets]\nextend = false\nfiles = [\"only.key\"]\n", Source::Flag("f".into()));
+        let base = Layer {
+            file: profiles::load("default").expect("p"),
+            source: Source::Builtin("x".into()),
+        };
+        let l = layer(
+            "[secrets]\nextend = false\nfiles = [\"only.key\"]\n",
+            Source::Flag("f".into()),
+        );
         let p = merge("default", &[base, l]).expect("merge");
         assert_eq!(p.secret_files.len(), 1);
         assert!(p.secret_dirs.is_empty());
@@ -575,10 +681,18 @@ mod tests {
 
     #[test]
     fn durations_and_sizes() {
-        assert_eq!(parse_duration("k", "30m").ok(), Some(Duration::from_secs(1800)));
-        assert_eq!(parse_duration("k", "90").ok(), Some(Duration::from_secs(90)));
         assert_eq!(
-            parse_duration("limits.wall_clock", "5 minutes").expect_err("bad").to_string(),
+            parse_duration("k", "30m").ok(),
+            Some(Duration::from_secs(1800))
+        );
+        assert_eq!(
+            parse_duration("k", "90").ok(),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(
+            parse_duration("limits.wall_clock", "5 minutes")
+                .expect_err("bad")
+                .to_string(),
             "bad value for `limits.wall_clock`: `5 minutes`: unit must be s, m, h or d"
         );
         assert_eq!(parse_size("k", "4G").ok(), Some(4 << 30));
@@ -587,14 +701,26 @@ mod tests {
 
     #[test]
     fn host_ports_must_be_loopback() {
-        let base = Layer { file: profiles::load("default").expect("p"), source: Source::Builtin("x".into()) };
-        let l = layer("[network]\nhost_ports = [\"10.0.0.1:5432\"]\n", Source::Flag("f".into()));
+        let base = Layer {
+            file: profiles::load("default").expect("p"),
+            source: Source::Builtin("x".into()),
+        };
+        let l = layer(
+            "[network]\nhost_ports = [\"10.0.0.1:5432\"]\n",
+            Source::Flag("f".into()),
+        );
         let e = merge("default", &[base, l]).expect_err("must refuse");
-        assert!(e.to_string().contains("only a port on the host's loopback"), "{e}");
+        assert!(
+            e.to_string().contains("only a port on the host's loopback"),
+            "{e}"
+        );
     }
 
     fn ctx_resolve(project: &Path, file: &Path, store: &TrustStore) -> Result<Policy, PolicyError> {
-        let inputs = Inputs { policy_file: Some(file.to_path_buf()), ..Default::default() };
+        let inputs = Inputs {
+            policy_file: Some(file.to_path_buf()),
+            ..Default::default()
+        };
         resolve(&inputs, &TrustContext { project, store })
     }
 
@@ -603,7 +729,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let proj = dir.path().canonicalize().expect("c");
         let f = proj.join("vetto.toml");
-        std::fs::write(&f, "profile = \"default\"\n[filesystem]\nproject = \"read\"\n[limits]\nprocesses = 10\n").expect("w");
+        std::fs::write(
+            &f,
+            "profile = \"default\"\n[filesystem]\nproject = \"read\"\n[limits]\nprocesses = 10\n",
+        )
+        .expect("w");
         let store = TrustStore::empty(dir.path().join("nowhere.json"));
         let p = ctx_resolve(&proj, &f, &store).expect("narrowing is fine");
         assert_eq!(p.project.value, ProjectAccess::Read);
@@ -621,7 +751,10 @@ mod tests {
         let store = TrustStore::load(&store_path).expect("load");
         let e = ctx_resolve(&proj, &f, &store).expect_err("widening refused");
         let s = e.to_string();
-        assert!(s.contains("raises network.mode from off to allowlist"), "{s}");
+        assert!(
+            s.contains("raises network.mode from off to allowlist"),
+            "{s}"
+        );
         assert!(s.contains("adds network.allow \"evil.example\""), "{s}");
         assert!(s.contains("removes secrets.dirs"), "{s}");
         assert!(s.contains("vetto trust"), "{s}");
@@ -633,7 +766,11 @@ mod tests {
         ctx_resolve(&proj, &f, &store).expect("trusted file may widen");
 
         // The agent edits the trusted file: its hash changes and the trust is gone.
-        std::fs::write(&f, "[network]\nmode = \"allowlist\"\nallow = [\"evil2.example\"]\n").expect("w");
+        std::fs::write(
+            &f,
+            "[network]\nmode = \"allowlist\"\nallow = [\"evil2.example\"]\n",
+        )
+        .expect("w");
         assert!(ctx_resolve(&proj, &f, &store).is_err());
     }
 
@@ -657,6 +794,9 @@ mod tests {
         std::fs::write(&f, "profile = \"nope\"\n").expect("w");
         let store = TrustStore::empty(dir.path().join("t.json"));
         let e = ctx_resolve(&proj, &f, &store).expect_err("unknown");
-        assert_eq!(e.to_string(), "unknown profile `nope` (built-in profiles: default, read-only, ci)");
+        assert_eq!(
+            e.to_string(),
+            "unknown profile `nope` (built-in profiles: default, read-only, ci)"
+        );
     }
 }

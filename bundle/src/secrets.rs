@@ -90,7 +90,11 @@ enum Pattern {
 }
 
 fn compile(raw: &str, home: &Path, project: &Path) -> Result<Pattern, TranslateError> {
-    let bad = |reason: String| TranslateError::Path { key: "secrets".into(), path: raw.into(), reason };
+    let bad = |reason: String| TranslateError::Path {
+        key: "secrets".into(),
+        path: raw.into(),
+        reason,
+    };
     let glob = |s: &str| {
         Glob::new(s)
             .map(|g| g.compile_matcher())
@@ -100,16 +104,23 @@ fn compile(raw: &str, home: &Path, project: &Path) -> Result<Pattern, TranslateE
         return Ok(Pattern::Name(glob(raw)?));
     }
     let abs = crate::policy::expand_path(raw, home, project)?;
-    let dir = abs.parent().ok_or_else(|| bad("no parent directory".into()))?;
+    let dir = abs
+        .parent()
+        .ok_or_else(|| bad("no parent directory".into()))?;
     if dir.to_string_lossy().contains(['*', '?', '[', '{']) {
-        return Err(bad("globs are allowed only in the last path component".into()));
+        return Err(bad(
+            "globs are allowed only in the last path component".into()
+        ));
     }
     let last = abs
         .file_name()
         .ok_or_else(|| bad("no file name".into()))?
         .to_string_lossy()
         .into_owned();
-    Ok(Pattern::Anchored { dir: dir.to_path_buf(), last: glob(&last)? })
+    Ok(Pattern::Anchored {
+        dir: dir.to_path_buf(),
+        last: glob(&last)?,
+    })
 }
 
 /// Find every existing path matched by the secret patterns. `files`, `dirs` and `globs` are
@@ -149,7 +160,9 @@ pub fn scan(
                 }
                 continue;
             }
-            let Ok(rd) = std::fs::read_dir(dir) else { continue };
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                continue;
+            };
             for e in rd.flatten() {
                 if last.is_match(e.file_name()) {
                     add(&e.path(), s)?;
@@ -166,14 +179,19 @@ pub fn scan(
                 reason: e.to_string(),
             })?;
             for e in rd {
-                let e = e.map_err(|e| TranslateError::SecretScan { root: dir.clone(), reason: e.to_string() })?;
-                budget = budget.checked_sub(1).ok_or_else(|| TranslateError::SecretScan {
-                    root: project.to_path_buf(),
-                    reason: format!(
+                let e = e.map_err(|e| TranslateError::SecretScan {
+                    root: dir.clone(),
+                    reason: e.to_string(),
+                })?;
+                budget = budget
+                    .checked_sub(1)
+                    .ok_or_else(|| TranslateError::SecretScan {
+                        root: project.to_path_buf(),
+                        reason: format!(
                         "more than {SCAN_BUDGET} entries; name the secrets with anchored paths \
                          (e.g. `config/.env`) or narrow the project"
                     ),
-                })?;
+                    })?;
                 let name = e.file_name();
                 let ft = e.file_type().map_err(|err| TranslateError::SecretScan {
                     root: e.path(),
@@ -195,15 +213,27 @@ pub fn scan(
     Ok(found)
 }
 
-fn resolve_match(path: &Path, pat: &Sourced<String>) -> Result<Option<SecretMatch>, TranslateError> {
-    let is_link = path.symlink_metadata().map(|m| m.file_type().is_symlink()).unwrap_or(false);
+fn resolve_match(
+    path: &Path,
+    pat: &Sourced<String>,
+) -> Result<Option<SecretMatch>, TranslateError> {
+    let is_link = path
+        .symlink_metadata()
+        .map(|m| m.file_type().is_symlink())
+        .unwrap_or(false);
     // A dangling symlink points at nothing to read: it is not masked, and reading it fails.
-    let Ok(resolved) = path.canonicalize() else { return Ok(None) };
+    let Ok(resolved) = path.canonicalize() else {
+        return Ok(None);
+    };
     let meta = std::fs::metadata(&resolved).map_err(|e| TranslateError::SecretScan {
         root: resolved.clone(),
         reason: e.to_string(),
     })?;
-    let kind = if meta.is_dir() { MaskKind::Dir } else { MaskKind::File };
+    let kind = if meta.is_dir() {
+        MaskKind::Dir
+    } else {
+        MaskKind::File
+    };
     Ok(Some(SecretMatch {
         via: (is_link || resolved != path).then(|| path.to_path_buf()),
         path: resolved,
@@ -219,7 +249,10 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     fn src(v: &str) -> Sourced<String> {
-        Sourced { value: v.into(), source: Source::Builtin("t".into()) }
+        Sourced {
+            value: v.into(),
+            source: Source::Builtin("t".into()),
+        }
     }
 
     #[test]
@@ -239,18 +272,34 @@ mod tests {
         let refs: Vec<_> = pats.iter().collect();
         let m = scan(&refs, &home, &proj).expect("scan");
         let paths: Vec<_> = m.iter().map(|m| (m.path.clone(), m.kind)).collect();
-        assert!(paths.contains(&(home.join(".ssh"), MaskKind::Dir)), "{paths:?}");
-        assert!(paths.contains(&(proj.join("api/.env.local"), MaskKind::File)), "{paths:?}");
-        let key = m.iter().find(|m| m.path == home.join(".ssh/id_ed25519")).expect("symlink target masked");
+        assert!(
+            paths.contains(&(home.join(".ssh"), MaskKind::Dir)),
+            "{paths:?}"
+        );
+        assert!(
+            paths.contains(&(proj.join("api/.env.local"), MaskKind::File)),
+            "{paths:?}"
+        );
+        let key = m
+            .iter()
+            .find(|m| m.path == home.join(".ssh/id_ed25519"))
+            .expect("symlink target masked");
         assert_eq!(key.via.as_deref(), Some(proj.join(".env").as_path()));
-        assert!(!paths.iter().any(|(p, _)| p.starts_with(proj.join("node_modules"))));
+        assert!(!paths
+            .iter()
+            .any(|(p, _)| p.starts_with(proj.join("node_modules"))));
         assert_eq!(m.len(), 3);
     }
 
     #[test]
     fn glob_in_middle_component_is_refused() {
-        let e = compile("~/.config/*/token", Path::new("/h"), Path::new("/p")).err().expect("refused");
-        assert_eq!(e.to_string(), "secrets: `~/.config/*/token`: globs are allowed only in the last path component");
+        let e = compile("~/.config/*/token", Path::new("/h"), Path::new("/p"))
+            .err()
+            .expect("refused");
+        assert_eq!(
+            e.to_string(),
+            "secrets: `~/.config/*/token`: globs are allowed only in the last path component"
+        );
     }
 
     #[test]

@@ -18,9 +18,27 @@ use crate::secrets::{MaskKind, SecretMatch};
 
 /// Environment variables passed from the caller by default (exact names).
 pub const BUILTIN_ENV: &[&str] = &[
-    "TERM", "COLORTERM", "LANG", "LANGUAGE", "TZ", "EDITOR", "VISUAL", "PAGER", "PATH", "SHELL",
-    "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "GOPATH", "GOROOT", "NVM_DIR", "PYENV_ROOT",
-    "JAVA_HOME", "NO_COLOR", "COLUMNS", "LINES",
+    "TERM",
+    "COLORTERM",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "PATH",
+    "SHELL",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "GOPATH",
+    "GOROOT",
+    "NVM_DIR",
+    "PYENV_ROOT",
+    "JAVA_HOME",
+    "NO_COLOR",
+    "COLUMNS",
+    "LINES",
 ];
 
 /// Prefixes passed by default (`LC_*`).
@@ -75,7 +93,13 @@ struct Builder {
 }
 
 impl Builder {
-    fn note(&mut self, category: &str, item: impl ToString, detail: impl ToString, source: impl ToString) {
+    fn note(
+        &mut self,
+        category: &str,
+        item: impl ToString,
+        detail: impl ToString,
+        source: impl ToString,
+    ) {
         self.explain.push(ExplainItem {
             category: category.into(),
             item: item.to_string(),
@@ -107,34 +131,53 @@ impl Builder {
 
     fn rule(&mut self, path: &Path, access: FsAccess, optional: bool) {
         self.rules.retain(|r| r.path != path);
-        self.rules.push(LandlockRule { path: path.to_path_buf(), access, optional });
+        self.rules.push(LandlockRule {
+            path: path.to_path_buf(),
+            access,
+            optional,
+        });
     }
 }
 
 fn path_err(key: &str, path: &str, reason: impl ToString) -> TranslateError {
-    TranslateError::Path { key: key.into(), path: path.into(), reason: reason.to_string() }
+    TranslateError::Path {
+        key: key.into(),
+        path: path.into(),
+        reason: reason.to_string(),
+    }
 }
 
 /// Resolve a policy path that must exist. Project-relative paths must stay inside the
 /// project after symlinks are resolved.
 fn resolve_existing(key: &str, raw: &str, facts: &HostFacts) -> Result<PathBuf, TranslateError> {
     let expanded = expand_path(raw, &facts.home, &facts.project)?;
-    let canon = expanded
-        .canonicalize()
-        .map_err(|e| path_err(key, raw, format!("cannot resolve {}: {e}", expanded.display())))?;
+    let canon = expanded.canonicalize().map_err(|e| {
+        path_err(
+            key,
+            raw,
+            format!("cannot resolve {}: {e}", expanded.display()),
+        )
+    })?;
     let relative = !raw.starts_with('/') && !raw.starts_with('~');
     if relative && !canon.starts_with(&facts.project) {
         return Err(path_err(
             key,
             raw,
-            format!("escapes the project through a symlink (resolves to {})", canon.display()),
+            format!(
+                "escapes the project through a symlink (resolves to {})",
+                canon.display()
+            ),
         ));
     }
     Ok(canon)
 }
 
 /// Resolve a project-relative path that may not exist yet. Returns `None` if absent.
-fn resolve_in_project(key: &str, raw: &str, facts: &HostFacts) -> Result<Option<PathBuf>, TranslateError> {
+fn resolve_in_project(
+    key: &str,
+    raw: &str,
+    facts: &HostFacts,
+) -> Result<Option<PathBuf>, TranslateError> {
     if raw.starts_with('/') || raw.starts_with('~') {
         return Err(path_err(key, raw, "must be relative to the project"));
     }
@@ -149,16 +192,44 @@ fn resolve_in_project(key: &str, raw: &str, facts: &HostFacts) -> Result<Option<
         return Err(path_err(
             key,
             raw,
-            format!("escapes the project through a symlink (resolves to {})", canon.display()),
+            format!(
+                "escapes the project through a symlink (resolves to {})",
+                canon.display()
+            ),
         ));
     }
     Ok(Some(canon))
 }
 
-fn check_root(key: &str, raw: &str, p: &Path) -> Result<(), TranslateError> {
-    let forbidden = ["/", "/proc", "/sys", "/dev", "/run", "/var/run"];
-    if forbidden.iter().any(|f| Path::new(f) == p) || p.starts_with("/proc") || p.starts_with("/sys") || p.starts_with("/dev") {
-        return Err(path_err(key, raw, format!("{} cannot be opened to the sandbox", p.display())));
+fn check_root(
+    key: &str,
+    raw: &str,
+    p: &Path,
+    writable: bool,
+    facts: &HostFacts,
+) -> Result<(), TranslateError> {
+    // Host sockets live under /run (and /var/run): a read-only bind does not stop connect().
+    let under = ["/proc", "/sys", "/dev", "/run", "/var/run"];
+    if p == Path::new("/") || under.iter().any(|f| p.starts_with(f)) {
+        return Err(path_err(
+            key,
+            raw,
+            format!("{} cannot be opened to the sandbox", p.display()),
+        ));
+    }
+    if writable {
+        for h in &facts.host_private {
+            if h.starts_with(p) || p.starts_with(h) {
+                return Err(path_err(
+                    key,
+                    raw,
+                    format!(
+                        "would let the sandbox write {}, which vetto's own trust relies on",
+                        h.display()
+                    ),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -179,7 +250,22 @@ pub fn translate(
         )));
     }
     let builtin = Source::Builtin("layout".into());
-    let mut b = Builder { mounts: vec![], rules: vec![], explain: vec![], seq: 0 };
+    let ignored: Vec<&str> = [
+        ("allow", policy.allow.is_empty()),
+        ("host_ports", policy.host_ports.is_empty()),
+        ("publish", policy.publish.is_empty()),
+        ("allow_cidrs", policy.allow_cidrs.is_empty()),
+    ]
+    .iter()
+    .filter(|(_, empty)| !empty)
+    .map(|(k, _)| *k)
+    .collect();
+    let mut b = Builder {
+        mounts: vec![],
+        rules: vec![],
+        explain: vec![],
+        seq: 0,
+    };
     let mut links = vec![];
 
     // System directories, read-only.
@@ -187,7 +273,12 @@ pub fn translate(
         match &d.symlink {
             Some(target) => {
                 links.push((d.path.clone(), target.clone()));
-                b.note("mount", d.path.display(), format!("symlink -> {target}"), &builtin);
+                b.note(
+                    "mount",
+                    d.path.display(),
+                    format!("symlink -> {target}"),
+                    &builtin,
+                );
             }
             None => {
                 b.bind(&d.path, false);
@@ -198,14 +289,36 @@ pub fn translate(
     }
     // Kernel filesystems and devices.
     b.mount(Path::new("/proc"), json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "nodev", "noexec"]}));
-    b.note("mount", "/proc", "new procfs for the sandbox's PID namespace", &builtin);
+    b.note(
+        "mount",
+        "/proc",
+        "new procfs for the sandbox's PID namespace",
+        &builtin,
+    );
     b.rule(Path::new("/proc"), FsAccess::ReadWrite, false);
     b.mount(Path::new("/sys"), json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "nodev", "noexec", "ro"]}));
-    b.note("mount", "/sys", "read-only sysfs of the sandbox's network namespace", &builtin);
+    b.note(
+        "mount",
+        "/sys",
+        "read-only sysfs of the sandbox's network namespace",
+        &builtin,
+    );
     b.rule(Path::new("/sys"), FsAccess::ReadExec, false);
-    b.tmpfs(Path::new("/dev"), &["nosuid", "strictatime", "mode=755", "size=65536k"]);
+    b.tmpfs(
+        Path::new("/dev"),
+        &["nosuid", "strictatime", "mode=755", "size=65536k"],
+    );
     b.mount(Path::new("/dev/pts"), json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]}));
-    b.tmpfs(Path::new("/dev/shm"), &["nosuid", "nodev", "noexec", "mode=1777", &format!("size={SHM_SIZE}")]);
+    b.tmpfs(
+        Path::new("/dev/shm"),
+        &[
+            "nosuid",
+            "nodev",
+            "noexec",
+            "mode=1777",
+            &format!("size={SHM_SIZE}"),
+        ],
+    );
     b.note("mount", "/dev", format!("minimal: null zero full random urandom tty ptmx, devpts, private /dev/shm ({SHM_SIZE})"), &builtin);
     for dev in ["null", "zero", "full", "random", "urandom", "tty"] {
         b.rule(&Path::new("/dev").join(dev), FsAccess::Device, false);
@@ -219,14 +332,27 @@ pub fn translate(
         project_access == ProjectAccess::WriteNoDelete && facts.project.starts_with(root)
     };
     b.tmpfs(Path::new("/tmp"), &["nosuid", "nodev", "mode=1777"]);
-    let tmp_access = if nodelete_inside(Path::new("/tmp")) { FsAccess::ReadWriteNoDelete } else { FsAccess::ReadWrite };
+    let tmp_access = if nodelete_inside(Path::new("/tmp")) {
+        FsAccess::ReadWriteNoDelete
+    } else {
+        FsAccess::ReadWrite
+    };
     b.rule(Path::new("/tmp"), tmp_access, false);
     b.note("mount", "/tmp", "private tmpfs", &builtin);
     if facts.home != Path::new("/") && facts.home != facts.project {
         b.tmpfs(&facts.home, &["nosuid", "nodev", "mode=700"]);
-        let home_access = if nodelete_inside(&facts.home) { FsAccess::ReadWriteNoDelete } else { FsAccess::ReadWrite };
+        let home_access = if nodelete_inside(&facts.home) {
+            FsAccess::ReadWriteNoDelete
+        } else {
+            FsAccess::ReadWrite
+        };
         b.rule(&facts.home, home_access, false);
-        b.note("mount", facts.home.display(), "private tmpfs HOME", &builtin);
+        b.note(
+            "mount",
+            facts.home.display(),
+            "private tmpfs HOME",
+            &builtin,
+        );
         if home_access == FsAccess::ReadWriteNoDelete {
             for sub in [".cache", ".config", ".local"] {
                 let p = facts.home.join(sub);
@@ -239,36 +365,79 @@ pub fn translate(
     for dot in &facts.home_dotfiles {
         b.bind(dot, false);
         b.rule(dot, FsAccess::ReadExec, false);
-        b.note("mount", dot.display(), "read-only bind (commit identity / toolchain)", Source::Builtin("home dotfiles".into()));
+        b.note(
+            "mount",
+            dot.display(),
+            "read-only bind (commit identity / toolchain)",
+            Source::Builtin("home dotfiles".into()),
+        );
     }
     // Extra roots.
     for (list, writable) in [(&policy.read, false), (&policy.write, true)] {
-        let key = if writable { "filesystem.write" } else { "filesystem.read" };
+        let key = if writable {
+            "filesystem.write"
+        } else {
+            "filesystem.read"
+        };
         for r in list {
             let p = resolve_existing(key, &r.value, facts)?;
-            check_root(key, &r.value, &p)?;
+            check_root(key, &r.value, &p, writable, facts)?;
             b.bind(&p, writable);
-            b.rule(&p, if writable { FsAccess::ReadWrite } else { FsAccess::ReadExec }, false);
-            b.note("mount", p.display(), if writable { "read-write bind" } else { "read-only bind" }, &r.source);
+            let access = match writable {
+                false => FsAccess::ReadExec,
+                // Landlock rights add up down the tree: a write root that contains a
+                // write-no-delete project must not hand it the remove rights.
+                true if nodelete_inside(&p) => FsAccess::ReadWriteNoDelete,
+                true => FsAccess::ReadWrite,
+            };
+            b.rule(&p, access, false);
+            b.note(
+                "mount",
+                p.display(),
+                if writable {
+                    "read-write bind"
+                } else {
+                    "read-only bind"
+                },
+                &r.source,
+            );
         }
     }
     // The project.
     let (proj_access, proj_detail) = match project_access {
         ProjectAccess::Read => (FsAccess::ReadExec, "project, read-only bind"),
         ProjectAccess::Write => (FsAccess::ReadWrite, "project, read-write bind"),
-        ProjectAccess::WriteNoDelete => (FsAccess::ReadWriteNoDelete, "project, read-write bind; Landlock denies remove and rename"),
+        ProjectAccess::WriteNoDelete => (
+            FsAccess::ReadWriteNoDelete,
+            "project, read-write bind; Landlock denies remove and rename",
+        ),
     };
     b.bind(&facts.project, project_access != ProjectAccess::Read);
     b.rule(&facts.project, proj_access, false);
-    b.note("mount", facts.project.display(), proj_detail, &policy.project.source);
+    b.note(
+        "mount",
+        facts.project.display(),
+        proj_detail,
+        &policy.project.source,
+    );
     if project_access == ProjectAccess::WriteNoDelete {
         for s in &policy.scratch {
             match resolve_in_project("filesystem.scratch", &s.value, facts)? {
                 Some(p) if p.is_dir() => {
                     b.rule(&p, FsAccess::ReadWrite, false);
-                    b.note("landlock", p.display(), "scratch: fully writable (delete and rename allowed)", &s.source);
+                    b.note(
+                        "landlock",
+                        p.display(),
+                        "scratch: fully writable (delete and rename allowed)",
+                        &s.source,
+                    );
                 }
-                _ => b.note("landlock", &s.value, "scratch: absent now, so not exempt (created later it is no-delete too)", &s.source),
+                _ => b.note(
+                    "landlock",
+                    &s.value,
+                    "scratch: absent now, so not exempt (created later it is no-delete too)",
+                    &s.source,
+                ),
             }
         }
     }
@@ -283,13 +452,45 @@ pub fn translate(
                 });
             }
         }
+        let mut pinned: Vec<PathBuf> = vec![];
         for pr in &protected {
             match resolve_in_project("filesystem.protected", &pr.value, facts)? {
                 Some(p) => {
+                    // Every directory between the project and the protected path becomes a
+                    // mountpoint of its own: a mountpoint cannot be renamed or removed, so
+                    // `mv .git .git.old` cannot carry the read-only bind away.
+                    let rel: Vec<_> = p
+                        .strip_prefix(&facts.project)
+                        .map(|r| r.components().collect())
+                        .unwrap_or_default();
+                    let mut anc = facts.project.clone();
+                    for c in rel.iter().take(rel.len().saturating_sub(1)) {
+                        anc.push(c);
+                        if !pinned.contains(&anc) {
+                            pinned.push(anc.clone());
+                            b.bind(&anc, true);
+                            b.note(
+                                "protected",
+                                anc.display(),
+                                "pinned as a mountpoint so it cannot be renamed or removed",
+                                &pr.source,
+                            );
+                        }
+                    }
                     b.bind(&p, false);
-                    b.note("protected", p.display(), "read-only bind over the writable project", &pr.source);
+                    b.note(
+                        "protected",
+                        p.display(),
+                        "read-only bind over the writable project",
+                        &pr.source,
+                    );
                 }
-                None => b.note("protected", facts.project.join(&pr.value).display(), "absent: nothing to protect now (created later it is writable)", &pr.source),
+                None => b.note(
+                    "protected",
+                    facts.project.join(&pr.value).display(),
+                    "absent: nothing to protect now (created later it is writable)",
+                    &pr.source,
+                ),
             }
         }
     }
@@ -301,30 +502,76 @@ pub fn translate(
         .map(|(d, _, _)| d.clone())
         .chain(std::iter::once(facts.home.clone()))
         .collect();
-    let masked_dirs: Vec<&Path> = secrets.iter().filter(|s| s.kind == MaskKind::Dir).map(|s| s.path.as_path()).collect();
+    let masked_dirs: Vec<&Path> = secrets
+        .iter()
+        .filter(|s| s.kind == MaskKind::Dir)
+        .map(|s| s.path.as_path())
+        .collect();
     for s in secrets {
-        let via = s.via.as_ref().map(|v| format!(" (reached through symlink {})", v.display())).unwrap_or_default();
+        let via = s
+            .via
+            .as_ref()
+            .map(|v| format!(" (reached through symlink {})", v.display()))
+            .unwrap_or_default();
         if !visible_roots.iter().any(|r| s.path.starts_with(r)) {
-            b.note("mask", s.path.display(), format!("not visible in the sandbox, nothing to mask{via}"), &s.source);
+            b.note(
+                "mask",
+                s.path.display(),
+                format!("not visible in the sandbox, nothing to mask{via}"),
+                &s.source,
+            );
             continue;
         }
-        if masked_dirs.iter().any(|d| s.path != *d && s.path.starts_with(d)) {
-            b.note("mask", s.path.display(), format!("inside a masked directory{via}"), &s.source);
+        if masked_dirs
+            .iter()
+            .any(|d| s.path != *d && s.path.starts_with(d))
+        {
+            b.note(
+                "mask",
+                s.path.display(),
+                format!("inside a masked directory{via}"),
+                &s.source,
+            );
             continue;
         }
         match s.kind {
             MaskKind::File => {
-                b.mount(&s.path, json!({"destination": s.path, "type": "bind", "source": "/dev/null", "options": ["bind", "ro", "nosuid", "nodev", "noexec"]}));
-                b.note("mask", s.path.display(), format!("/dev/null bound over it (pattern `{}`){via}", s.pattern), &s.source);
+                b.mount(&s.path, json!({"destination": s.path, "type": "bind", "source": "/dev/null", "options": ["bind", "ro", "nosuid", "noexec"]}));
+                b.note(
+                    "mask",
+                    s.path.display(),
+                    format!("/dev/null bound over it (pattern `{}`){via}", s.pattern),
+                    &s.source,
+                );
             }
             MaskKind::Dir => {
-                b.tmpfs(&s.path, &["ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k", "nr_inodes=1"]);
-                b.note("mask", s.path.display(), format!("empty mode-000 read-only tmpfs over it (pattern `{}`){via}", s.pattern), &s.source);
+                b.tmpfs(
+                    &s.path,
+                    &[
+                        "ro",
+                        "nosuid",
+                        "nodev",
+                        "noexec",
+                        "mode=000",
+                        "size=4k",
+                        "nr_inodes=1",
+                    ],
+                );
+                b.note(
+                    "mask",
+                    s.path.display(),
+                    format!(
+                        "empty mode-000 read-only tmpfs over it (pattern `{}`){via}",
+                        s.pattern
+                    ),
+                    &s.source,
+                );
             }
         }
     }
     // Parents before children; for one destination, the order written (masks last).
-    b.mounts.sort_by_key(|(d, _, seq)| (d.components().count(), *seq));
+    b.mounts
+        .sort_by_key(|(d, _, seq)| (d.components().count(), *seq));
     let mounts: Vec<Value> = b.mounts.iter().map(|(_, m, _)| m.clone()).collect();
 
     for r in &b.rules {
@@ -344,11 +591,17 @@ pub fn translate(
         if let Some(p) = exact {
             env.insert(k.clone(), v.clone());
             b.note("env", k, "passed through (explicit)", &p.source);
-        } else if (BUILTIN_ENV.contains(&k.as_str()) || BUILTIN_ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+        } else if (BUILTIN_ENV.contains(&k.as_str())
+            || BUILTIN_ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
             && !never_passes(k)
         {
             env.insert(k.clone(), v.clone());
-            b.note("env", k, "passed through", Source::Builtin("environment allowlist".into()));
+            b.note(
+                "env",
+                k,
+                "passed through",
+                Source::Builtin("environment allowlist".into()),
+            );
         }
     }
     let fixed = Source::Builtin("environment".into());
@@ -374,43 +627,128 @@ pub fn translate(
 
     // Limits.
     let mut rlimits = vec![];
-    let core = if policy.limits.core_dumps.value { u64::MAX } else { 0 };
+    let core = if policy.limits.core_dumps.value {
+        u64::MAX
+    } else {
+        0
+    };
     rlimits.push(json!({"type": "RLIMIT_CORE", "hard": core, "soft": core}));
-    b.note("limit", "core_dumps", if core == 0 { "RLIMIT_CORE = 0" } else { "allowed" }, &policy.limits.core_dumps.source);
+    b.note(
+        "limit",
+        "core_dumps",
+        if core == 0 {
+            "RLIMIT_CORE = 0"
+        } else {
+            "allowed"
+        },
+        &policy.limits.core_dumps.source,
+    );
     if let Some(n) = &policy.limits.open_files {
         rlimits.push(json!({"type": "RLIMIT_NOFILE", "hard": n.value, "soft": n.value}));
-        b.note("limit", "open_files", format!("RLIMIT_NOFILE = {}", n.value), &n.source);
+        b.note(
+            "limit",
+            "open_files",
+            format!("RLIMIT_NOFILE = {}", n.value),
+            &n.source,
+        );
     }
     if let Some(n) = &policy.limits.processes {
         rlimits.push(json!({"type": "RLIMIT_NPROC", "hard": n.value, "soft": n.value}));
-        b.note("limit", "processes", format!("RLIMIT_NPROC = {}", n.value), &n.source);
+        b.note(
+            "limit",
+            "processes",
+            format!("RLIMIT_NPROC = {}", n.value),
+            &n.source,
+        );
     }
     if let Some(n) = &policy.limits.memory {
         rlimits.push(json!({"type": "RLIMIT_AS", "hard": n.value, "soft": n.value}));
-        b.note("limit", "memory", format!("RLIMIT_AS = {} bytes", n.value), &n.source);
+        b.note(
+            "limit",
+            "memory",
+            format!("RLIMIT_AS = {} bytes", n.value),
+            &n.source,
+        );
     }
     if let Some(w) = &policy.limits.wall_clock {
-        b.note("limit", "wall_clock", format!("{} s, then the whole sandbox is killed", w.value.as_secs()), &w.source);
+        b.note(
+            "limit",
+            "wall_clock",
+            format!("{} s, then the whole sandbox is killed", w.value.as_secs()),
+            &w.source,
+        );
     }
 
     // Seccomp and Landlock plan.
     let seccomp = default_seccomp();
     for s in &seccomp.deny {
-        b.note("seccomp", s, "EPERM", Source::Builtin("seccomp deny-list".into()));
+        b.note(
+            "seccomp",
+            s,
+            "EPERM",
+            Source::Builtin("seccomp deny-list".into()),
+        );
     }
     for i in &seccomp.deny_ioctls {
-        b.note("seccomp", format!("ioctl {}", i.name), "EPERM", Source::Builtin("seccomp deny-list".into()));
+        b.note(
+            "seccomp",
+            format!("ioctl {}", i.name),
+            "EPERM",
+            Source::Builtin("seccomp deny-list".into()),
+        );
     }
-    b.note("seccomp", "x32 ABI and foreign architectures", "EPERM", Source::Builtin("seccomp deny-list".into()));
+    b.note(
+        "seccomp",
+        "x32 ABI and foreign architectures",
+        "EPERM",
+        Source::Builtin("seccomp deny-list".into()),
+    );
     for ns in ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"] {
         b.note("namespace", ns, "new", &builtin);
     }
-    b.note("network", "mode", "off: private network namespace, only lo (up)", &policy.network.source);
-    b.note("process", "capabilities", "all dropped before exec (CapEff = CapBnd = 0), no_new_privs", &builtin);
-    b.note("process", "identity", format!("uid {} gid {} inside, mapped to the caller", facts.uid, facts.gid), &builtin);
-    b.note("approvals", "mode", format!("{:?}", policy.approvals.value).to_lowercase(), &policy.approvals.source);
+    b.note(
+        "network",
+        "mode",
+        "off: private network namespace, only lo (up)",
+        &policy.network.source,
+    );
+    for k in ignored {
+        b.note(
+            "network",
+            k,
+            "IGNORED: mode is off, so nothing is reachable",
+            &policy.network.source,
+        );
+    }
+    b.note(
+        "process",
+        "capabilities",
+        "all dropped before exec (CapEff = CapBnd = 0), no_new_privs",
+        &builtin,
+    );
+    b.note(
+        "process",
+        "identity",
+        format!(
+            "uid {} gid {} inside, mapped to the caller",
+            facts.uid, facts.gid
+        ),
+        &builtin,
+    );
+    b.note(
+        "approvals",
+        "mode",
+        format!("{:?}", policy.approvals.value).to_lowercase(),
+        &policy.approvals.source,
+    );
 
-    let caps = ["CAP_NET_ADMIN", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID", "CAP_SETFCAP"];
+    let caps = [
+        "CAP_NET_ADMIN",
+        "CAP_SETPCAP",
+        "CAP_SETUID",
+        "CAP_SETGID",
+        "CAP_SETFCAP",
+    ];
     let spec_json = json!({
         "ociVersion": "1.0.2",
         "root": {"path": "rootfs", "readonly": true},
@@ -445,7 +783,8 @@ pub fn translate(
         },
         "annotations": {"dev.vetto.profile": policy.profile},
     });
-    let spec: Spec = serde_json::from_value(spec_json).map_err(|e| TranslateError::Oci(e.to_string()))?;
+    let spec: Spec =
+        serde_json::from_value(spec_json).map_err(|e| TranslateError::Oci(e.to_string()))?;
 
     let plan = Plan {
         version: 1,
@@ -456,8 +795,16 @@ pub fn translate(
         },
         seccomp,
         loopback_up: true,
-        identity: Identity { uid: facts.uid, gid: facts.gid },
+        identity: Identity {
+            uid: facts.uid,
+            gid: facts.gid,
+        },
         wall_clock_secs: policy.limits.wall_clock.as_ref().map(|w| w.value.as_secs()),
     };
-    Ok(Translation { spec, plan, rootfs_links: links, explain: b.explain })
+    Ok(Translation {
+        spec,
+        plan,
+        rootfs_links: links,
+        explain: b.explain,
+    })
 }

@@ -16,6 +16,14 @@ pub struct TrustStore {
     entries: BTreeMap<PathBuf, String>,
 }
 
+/// The SHA-256 of bytes, in hex.
+pub fn sha256_hex(content: &[u8]) -> String {
+    Sha256::digest(content)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The SHA-256 of a file, in hex.
 pub fn sha256_file(path: &Path) -> Result<String, std::io::Error> {
     let mut f = std::fs::File::open(path)?;
@@ -34,18 +42,27 @@ pub fn sha256_file(path: &Path) -> Result<String, std::io::Error> {
 impl TrustStore {
     /// A store with no entries that will be saved at `path`.
     pub fn empty(path: PathBuf) -> Self {
-        TrustStore { path, entries: BTreeMap::new() }
+        TrustStore {
+            path,
+            entries: BTreeMap::new(),
+        }
     }
 
     /// Load the store; a missing file is an empty store.
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
-        let err = |reason: String| PolicyError::TrustStore { path: path.to_path_buf(), reason };
+        let err = |reason: String| PolicyError::TrustStore {
+            path: path.to_path_buf(),
+            reason,
+        };
         let entries = match std::fs::read_to_string(path) {
             Ok(t) => serde_json::from_str(&t).map_err(|e| err(e.to_string()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(err(e.to_string())),
         };
-        Ok(TrustStore { path: path.to_path_buf(), entries })
+        Ok(TrustStore {
+            path: path.to_path_buf(),
+            entries,
+        })
     }
 
     /// Where the store lives.
@@ -53,9 +70,18 @@ impl TrustStore {
         &self.path
     }
 
+    /// Is this file trusted with exactly these contents (the bytes that were parsed)?
+    pub fn is_trusted_content(&self, file: &Path, content: &[u8]) -> bool {
+        self.entries
+            .get(file)
+            .is_some_and(|want| *want == sha256_hex(content))
+    }
+
     /// Is this file, with its current contents, trusted?
     pub fn is_trusted(&self, file: &Path) -> Result<bool, PolicyError> {
-        let Some(want) = self.entries.get(file) else { return Ok(false) };
+        let Some(want) = self.entries.get(file) else {
+            return Ok(false);
+        };
         let have = sha256_file(file).map_err(|source| PolicyError::Read {
             path: file.to_path_buf(),
             source,
@@ -69,7 +95,10 @@ impl TrustStore {
             path: file.to_path_buf(),
             source,
         })?;
-        let d = sha256_file(&canon).map_err(|source| PolicyError::Read { path: canon.clone(), source })?;
+        let d = sha256_file(&canon).map_err(|source| PolicyError::Read {
+            path: canon.clone(),
+            source,
+        })?;
         self.entries.insert(canon, d.clone());
         Ok(d)
     }
@@ -78,8 +107,14 @@ impl TrustStore {
     pub fn save(&self) -> Result<(), PolicyError> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        let err = |reason: String| PolicyError::TrustStore { path: self.path.clone(), reason };
-        let dir = self.path.parent().ok_or_else(|| err("no parent directory".into()))?;
+        let err = |reason: String| PolicyError::TrustStore {
+            path: self.path.clone(),
+            reason,
+        };
+        let dir = self
+            .path
+            .parent()
+            .ok_or_else(|| err("no parent directory".into()))?;
         std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
         let tmp = dir.join(format!(".trusted.{}.tmp", std::process::id()));
         let text = serde_json::to_string_pretty(&self.entries).map_err(|e| err(e.to_string()))?;
@@ -89,7 +124,8 @@ impl TrustStore {
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| err(e.to_string()))?;
-        f.write_all(text.as_bytes()).map_err(|e| err(e.to_string()))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| err(e.to_string()))?;
         std::fs::rename(&tmp, &self.path).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             err(e.to_string())

@@ -1,1 +1,94 @@
-fn main() {}
+//! The `vetto` binary: the command line edge, where errors get their context.
+
+mod cli;
+mod doctor;
+mod engine;
+mod policy_cmd;
+mod pty;
+mod run;
+mod session;
+mod userns;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{CommandFactory, Parser};
+use tracing_subscriber::EnvFilter;
+
+use cli::{Cli, Command, PolicyCommand};
+
+fn init_tracing(verbose: u8) {
+    // libcontainer logs its own view of things vetto does differently (seccomp is applied by
+    // vetto's init, not libcontainer's): keep its noise out of normal output.
+    let default = match verbose {
+        0 => "warn,libcontainer=error,libcgroups=error",
+        1 => "info,libcontainer=warn,libcgroups=warn",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => return run::run(&args).map(ExitCode::from),
+        Command::Policy(PolicyCommand::Check { file, policy }) => {
+            policy_cmd::check(file.as_deref(), &policy)?
+        }
+        Command::Policy(PolicyCommand::Explain { json, policy }) => {
+            policy_cmd::explain(&policy, json)?
+        }
+        Command::Policy(PolicyCommand::Schema) => println!("{}", vetto_bundle::schema()),
+        Command::Policy(PolicyCommand::Show { profile }) => {
+            match vetto_bundle::profiles::text(&profile) {
+                Some(t) => print!("{t}"),
+                None => return Err(vetto_bundle::PolicyError::UnknownProfile(profile).into()),
+            }
+        }
+        Command::Trust { file } => policy_cmd::trust(&file)?,
+        Command::Doctor {
+            json,
+            no_selftest: _,
+        } => {
+            let r = doctor::probe();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                doctor::print(&r);
+            }
+            if r.tier == "none" {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "vetto", &mut std::io::stdout());
+        }
+        Command::Man { out } => {
+            std::fs::create_dir_all(&out)?;
+            clap_mangen::generate_to(Cli::command(), &out)?;
+            println!("man pages written to {}", out.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run(_)) {
+        // Printing commands end quietly when their reader goes away (`| head`).
+        // SAFETY: restoring the default disposition of one signal before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    init_tracing(cli.verbose);
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vetto: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! Golden tests: the exact `config.json` and init plan each built-in profile produces for a
+//! fixed, synthetic host. Regenerate with `UPDATE_GOLDEN=1 cargo test -p vetto-bundle --test golden`
+//! and review the diff: every change here is a change of what the sandbox enforces.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use vetto_bundle::host::{HostFacts, SystemDir};
+use vetto_bundle::policy::PolicyFile;
+use vetto_bundle::profiles;
+use vetto_bundle::resolve::{merge, Layer, Source};
+use vetto_bundle::secrets::{MaskKind, SecretMatch};
+use vetto_bundle::translate::translate;
+
+const ROOT: &str = "/nonexistent-vetto-golden";
+
+fn facts() -> HostFacts {
+    let home = PathBuf::from(format!("{ROOT}/home/dev"));
+    let project = home.join("proj");
+    let env: BTreeMap<String, String> = [
+        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        ("TERM", "xterm-256color"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C.UTF-8"),
+        ("EDITOR", "vi"),
+        ("CARGO_HOME", "/nonexistent-vetto-golden/home/dev/.cargo"),
+        ("GH_TOKEN", "ghp_secret"),
+        ("OPENAI_API_KEY", "sk-secret"),
+        ("AWS_SECRET_ACCESS_KEY", "aws-secret"),
+        ("SSH_AUTH_SOCK", "/run/user/1000/ssh"),
+        ("HOME", "/ignored"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    HostFacts {
+        uid: 1000,
+        gid: 1000,
+        user: "dev".into(),
+        home: home.clone(),
+        project: project.clone(),
+        cwd: project.clone(),
+        env,
+        landlock_abi: Some(7),
+        system_dirs: vec![
+            SystemDir {
+                path: "/usr".into(),
+                symlink: None,
+            },
+            SystemDir {
+                path: "/bin".into(),
+                symlink: Some("usr/bin".into()),
+            },
+            SystemDir {
+                path: "/lib".into(),
+                symlink: Some("usr/lib".into()),
+            },
+            SystemDir {
+                path: "/etc".into(),
+                symlink: None,
+            },
+        ],
+        home_dotfiles: vec![home.join(".gitconfig"), home.join(".cargo")],
+        host_private: vec![home.join(".config/vetto")],
+    }
+}
+
+fn secrets(f: &HostFacts) -> Vec<SecretMatch> {
+    let src = Source::Builtin("secret list".into());
+    vec![
+        SecretMatch {
+            path: f.home.join(".cargo/credentials.toml"),
+            kind: MaskKind::File,
+            pattern: "~/.cargo/credentials.toml".into(),
+            via: None,
+            source: src.clone(),
+        },
+        SecretMatch {
+            path: f.home.join(".ssh"),
+            kind: MaskKind::Dir,
+            pattern: "~/.ssh".into(),
+            via: None,
+            source: src.clone(),
+        },
+        SecretMatch {
+            path: f.home.join(".ssh/id_ed25519"),
+            kind: MaskKind::File,
+            pattern: ".env".into(),
+            via: Some(f.project.join("api/.env")),
+            source: src.clone(),
+        },
+        SecretMatch {
+            path: f.project.join(".env"),
+            kind: MaskKind::File,
+            pattern: ".env".into(),
+            via: None,
+            source: src.clone(),
+        },
+        SecretMatch {
+            path: "/etc/shadow".into(),
+            kind: MaskKind::File,
+            pattern: "/etc/shadow".into(),
+            via: None,
+            source: src.clone(),
+        },
+        SecretMatch {
+            path: "/srv/elsewhere/.env".into(),
+            kind: MaskKind::File,
+            pattern: ".env".into(),
+            via: None,
+            source: src,
+        },
+    ]
+}
+
+fn check(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1", path.display()));
+    if expected != actual {
+        let (e, a): (Vec<_>, Vec<_>) = (expected.lines().collect(), actual.lines().collect());
+        let first = e
+            .iter()
+            .zip(&a)
+            .position(|(x, y)| x != y)
+            .unwrap_or(e.len().min(a.len()));
+        panic!(
+            "{name} differs from the golden file at line {}:\n  golden: {:?}\n  actual: {:?}\n(UPDATE_GOLDEN=1 to accept after review)",
+            first + 1,
+            e.get(first),
+            a.get(first)
+        );
+    }
+}
+
+fn golden(profile: &str) {
+    let f = facts();
+    let base = Layer {
+        file: profiles::load(profile).expect("profile"),
+        source: Source::Builtin(format!("profile \"{profile}\"")),
+    };
+    let policy = merge(profile, &[base]).expect("merge");
+    let t = translate(&policy, &f, &secrets(&f), "golden").expect("translate");
+    let config = serde_json::to_string_pretty(&t.spec).expect("json") + "\n";
+    let plan = serde_json::to_string_pretty(&t.plan).expect("json") + "\n";
+    check(&format!("{profile}.config.json"), &config);
+    check(&format!("{profile}.plan.json"), &plan);
+
+    // Whatever the golden file says, these must hold.
+    let env = t
+        .spec
+        .process()
+        .as_ref()
+        .and_then(|p| p.env().clone())
+        .unwrap_or_default();
+    assert!(
+        env.iter().all(|e| !e.starts_with("GH_TOKEN=")
+            && !e.starts_with("OPENAI_API_KEY=")
+            && !e.starts_with("AWS_")
+            && !e.starts_with("SSH_AUTH_SOCK=")),
+        "{env:?}"
+    );
+    assert!(env.contains(&format!("HOME={ROOT}/home/dev")), "{env:?}");
+    let mounts = t.spec.mounts().clone().unwrap_or_default();
+    let dest = |p: &str| {
+        mounts
+            .iter()
+            .filter(|m| m.destination() == Path::new(p))
+            .count()
+    };
+    assert_eq!(
+        dest(&format!("{ROOT}/home/dev/proj/.env")),
+        1,
+        ".env masked once"
+    );
+    assert_eq!(dest("/etc/shadow"), 1, "/etc/shadow masked");
+    assert_eq!(dest(&format!("{ROOT}/home/dev/.ssh")), 1, "~/.ssh masked");
+    assert_eq!(
+        dest(&format!("{ROOT}/home/dev/.ssh/id_ed25519")),
+        0,
+        "inside a masked dir: no second mask"
+    );
+    assert_eq!(dest("/srv/elsewhere/.env"), 0, "not visible: not masked");
+    // Parents are mounted before children.
+    let pos = |p: &str| {
+        mounts
+            .iter()
+            .position(|m| m.destination() == Path::new(p))
+            .expect(p)
+    };
+    assert!(pos(&format!("{ROOT}/home/dev")) < pos(&format!("{ROOT}/home/dev/proj")));
+    assert!(pos(&format!("{ROOT}/home/dev/proj")) < pos(&format!("{ROOT}/home/dev/proj/.env")));
+    assert!(
+        pos(&format!("{ROOT}/home/dev/.cargo"))
+            < pos(&format!("{ROOT}/home/dev/.cargo/credentials.toml"))
+    );
+}
+
+#[test]
+fn golden_default() {
+    golden("default");
+}
+
+#[test]
+fn golden_read_only() {
+    golden("read-only");
+}
+
+#[test]
+fn golden_ci() {
+    golden("ci");
+}
+
+#[test]
+fn network_allowlist_is_refused_until_the_broker_lands() {
+    let f = facts();
+    let base = Layer {
+        file: profiles::load("default").expect("p"),
+        source: Source::Builtin("p".into()),
+    };
+    let l = Layer {
+        file: PolicyFile::parse(
+            "[network]\nmode = \"allowlist\"\nallow = [\"crates.io\"]\n",
+            "t",
+        )
+        .expect("parse"),
+        source: Source::Flag("t".into()),
+    };
+    let policy = merge("default", &[base, l]).expect("merge");
+    let e = translate(&policy, &f, &[], "x").expect_err("refused");
+    assert!(
+        e.to_string().contains("network.mode = \"allowlist\""),
+        "{e}"
+    );
+    assert!(e.to_string().ends_with("is not supported yet"), "{e}");
+}
+
+#[test]
+fn write_root_over_vetto_config_is_refused() {
+    let t = tempfile::tempdir().expect("tmp");
+    let mut f = facts();
+    f.host_private = vec![t.path().join("cfg/vetto")];
+    let base = Layer {
+        file: profiles::load("default").expect("p"),
+        source: Source::Builtin("p".into()),
+    };
+    let text = format!("[filesystem]\nwrite = [\"{}\"]\n", t.path().display());
+    let l = Layer {
+        file: PolicyFile::parse(&text, "t").expect("parse"),
+        source: Source::Flag("t".into()),
+    };
+    let policy = merge("default", &[base, l]).expect("merge");
+    let e = translate(&policy, &f, &[], "x").expect_err("refused");
+    assert!(
+        e.to_string().contains("which vetto's own trust relies on"),
+        "{e}"
+    );
+}
+
+#[test]
+fn run_dir_roots_are_refused() {
+    let f = facts();
+    let base = Layer {
+        file: profiles::load("default").expect("p"),
+        source: Source::Builtin("p".into()),
+    };
+    let l = Layer {
+        file: PolicyFile::parse("[filesystem]\nread = [\"/run\"]\n", "t").expect("parse"),
+        source: Source::Flag("t".into()),
+    };
+    let policy = merge("default", &[base, l]).expect("merge");
+    let e = translate(&policy, &f, &[], "x").expect_err("refused");
+    assert!(
+        e.to_string().contains("cannot be opened to the sandbox"),
+        "{e}"
+    );
+}

@@ -1,0 +1,522 @@
+//! Process attributes the init resets before running the command: `no_new_privs`,
+//! capabilities, inherited file descriptors, signal dispositions.
+//!
+//! None of these functions depends on `/proc` being readable, because they may run after
+//! Landlock (which normally does not grant `/proc`); [`read_caps`] is the exception and is meant
+//! for tests and the doctor.
+
+use std::io;
+
+use thiserror::Error;
+
+/// Process-attribute failures.
+#[derive(Debug, Error)]
+pub enum ProcessError {
+    /// A syscall failed.
+    #[error("{call}: {source}")]
+    Sys {
+        /// Which call.
+        call: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// After dropping, some capability is still there.
+    #[error("capabilities remain after dropping them: effective {effective:#x}, permitted {permitted:#x}, inheritable {inheritable:#x}")]
+    CapsRemain {
+        /// Effective set.
+        effective: u64,
+        /// Permitted set.
+        permitted: u64,
+        /// Inheritable set.
+        inheritable: u64,
+    },
+    /// `no_new_privs` did not stick.
+    #[error("no_new_privs is not set after PR_SET_NO_NEW_PRIVS")]
+    NoNewPrivsNotSet,
+    /// `/proc/self/status` could not be read or parsed.
+    #[error("/proc/self/status: {0}")]
+    Status(String),
+}
+
+fn sys(call: &'static str) -> ProcessError {
+    ProcessError::Sys {
+        call,
+        source: io::Error::last_os_error(),
+    }
+}
+
+/// `CAP_SETPCAP`: needed to change securebits and the bounding set.
+const CAP_SETPCAP: u32 = 8;
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Securebits locked by [`drop_all_capabilities`]: root gets no capabilities on exec or from
+/// uid changes, ambient capabilities cannot be raised, and `KEEP_CAPS` stays off.
+pub const SECUREBITS: libc::c_int = libc::SECBIT_NOROOT
+    | libc::SECBIT_NOROOT_LOCKED
+    | libc::SECBIT_NO_SETUID_FIXUP
+    | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+    | libc::SECBIT_KEEP_CAPS_LOCKED
+    | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+    | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// The calling thread's (effective, permitted, inheritable) sets, from `capget`.
+fn capget() -> Result<(u64, u64, u64), ProcessError> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: version 3 makes the kernel write exactly two `CapData` into `data`.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(sys("capget"));
+    }
+    let join = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
+    Ok((
+        join(data[0].effective, data[1].effective),
+        join(data[0].permitted, data[1].permitted),
+        join(data[0].inheritable, data[1].inheritable),
+    ))
+}
+
+/// Sets `no_new_privs` (never cleared again: setuid bits and file capabilities stop granting
+/// privileges on exec). Required before seccomp and Landlock for an unprivileged process.
+pub fn set_no_new_privs() -> Result<(), ProcessError> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(sys("prctl(PR_SET_NO_NEW_PRIVS)"));
+    }
+    // SAFETY: PR_GET_NO_NEW_PRIVS takes integer arguments only.
+    match unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } {
+        1 => Ok(()),
+        _ => Err(ProcessError::NoNewPrivsNotSet),
+    }
+}
+
+/// The highest capability number the kernel knows: `/proc/sys/kernel/cap_last_cap`, or, if
+/// `/proc` is unreadable, the last one `PR_CAPBSET_READ` accepts.
+pub fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or_else(last_cap_probed)
+}
+
+/// The last capability `PR_CAPBSET_READ` accepts (EINVAL past the kernel's last one).
+fn last_cap_probed() -> u32 {
+    let mut last = 0;
+    for cap in 0..64u32 {
+        // SAFETY: PR_CAPBSET_READ takes integer arguments only; EINVAL past the last cap.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) } < 0 {
+            break;
+        }
+        last = cap;
+    }
+    last
+}
+
+/// What [`drop_all_capabilities`] could do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapsDropped {
+    /// [`SECUREBITS`] are set and locked. Needs `CAP_SETPCAP`.
+    pub securebits_locked: bool,
+    /// The bounding set is empty. Needs `CAP_SETPCAP`; without it, `no_new_privs` is what keeps
+    /// exec from granting capabilities.
+    pub bounding_cleared: bool,
+}
+
+/// Drops every capability of the calling thread for good.
+///
+/// With `CAP_SETPCAP` (the sandbox's root, in its user namespace): locks [`SECUREBITS`] and
+/// empties the bounding set; any failure there is an error. Without it (an unprivileged
+/// process) those two steps are skipped, and reported in [`CapsDropped`]. In both cases it
+/// clears the ambient set and sets effective, permitted and inheritable to zero, then checks
+/// with `capget` that nothing remains.
+pub fn drop_all_capabilities() -> Result<CapsDropped, ProcessError> {
+    let (effective, _, _) = capget()?;
+    let can_setpcap = effective & (1 << CAP_SETPCAP) != 0;
+    let mut dropped = CapsDropped {
+        securebits_locked: false,
+        bounding_cleared: false,
+    };
+
+    if can_setpcap {
+        // SAFETY: PR_GET_SECUREBITS takes integer arguments only.
+        let current = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) };
+        if current < 0 {
+            return Err(sys("prctl(PR_GET_SECUREBITS)"));
+        }
+        if current & SECUREBITS != SECUREBITS {
+            let bits = libc::c_ulong::try_from(current | SECUREBITS).unwrap_or_default();
+            // SAFETY: PR_SET_SECUREBITS takes integer arguments only.
+            if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) } != 0 {
+                return Err(sys("prctl(PR_SET_SECUREBITS)"));
+            }
+        }
+        dropped.securebits_locked = true;
+
+        for cap in 0..=last_cap() {
+            let cap = libc::c_ulong::from(cap);
+            // SAFETY: PR_CAPBSET_READ takes integer arguments only.
+            match unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } {
+                0 => continue,
+                1 => {}
+                _ => return Err(sys("prctl(PR_CAPBSET_READ)")),
+            }
+            // SAFETY: PR_CAPBSET_DROP takes integer arguments only.
+            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+                return Err(sys("prctl(PR_CAPBSET_DROP)"));
+            }
+        }
+        dropped.bounding_cleared = true;
+    }
+
+    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes integer arguments only.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::c_ulong::try_from(libc::PR_CAP_AMBIENT_CLEAR_ALL).unwrap_or_default(),
+            0,
+            0,
+            0,
+        )
+    };
+    // EINVAL: a kernel older than 4.3 has no ambient set, so nothing to clear.
+    if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        return Err(sys("prctl(PR_CAP_AMBIENT_CLEAR_ALL)"));
+    }
+
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData::default(); 2];
+    // SAFETY: version 3 makes the kernel read exactly two `CapData` from `data`.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return Err(sys("capset"));
+    }
+    match capget()? {
+        (0, 0, 0) => Ok(dropped),
+        (effective, permitted, inheritable) => Err(ProcessError::CapsRemain {
+            effective,
+            permitted,
+            inheritable,
+        }),
+    }
+}
+
+/// Closes every file descriptor above `fd` (`close_range`, or `/proc/self/fd` on kernels
+/// before 5.9).
+pub fn close_fds_above(fd: libc::c_int) -> Result<(), ProcessError> {
+    let first = libc::c_uint::try_from(fd.saturating_add(1)).unwrap_or(0);
+    // SAFETY: close_range takes integers only; it closes descriptors nobody else uses here.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0) };
+    if rc == 0 {
+        return Ok(());
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENOSYS) | Some(libc::EINVAL) => close_fds_above_by_listing(fd),
+        _ => Err(sys("close_range")),
+    }
+}
+
+/// The `/proc/self/fd` fallback of [`close_fds_above`].
+fn close_fds_above_by_listing(fd: libc::c_int) -> Result<(), ProcessError> {
+    let io_err = |source| ProcessError::Sys {
+        call: "read /proc/self/fd",
+        source,
+    };
+    // Collect first: the directory stream holds a descriptor of its own until dropped.
+    let fds: Vec<libc::c_int> = std::fs::read_dir("/proc/self/fd")
+        .map_err(io_err)?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&n| n > fd)
+        .collect();
+    for n in fds {
+        // SAFETY: closing a descriptor number; EBADF (the listing's own, now closed) is ignored.
+        if unsafe { libc::close(n) } != 0
+            && io::Error::last_os_error().raw_os_error() != Some(libc::EBADF)
+        {
+            return Err(sys("close"));
+        }
+    }
+    Ok(())
+}
+
+/// Every signal to `SIG_DFL` (except `SIGKILL`/`SIGSTOP`, which cannot change) and an empty
+/// signal mask. Ignored signals and the mask survive `execve`, so this is for right before it.
+///
+/// The real-time signals libc reserves for itself (32 and 33 with glibc, up to 34 with musl)
+/// are refused by libc's `sigaction`; they are reset with the raw syscall, because an ignored
+/// signal 32 inherited from whoever started us is common and would reach the command.
+pub fn reset_signal_dispositions() -> Result<(), ProcessError> {
+    let rt_min = libc::SIGRTMIN();
+    for sig in 32..rt_min {
+        // Kernel `struct sigaction` (handler, flags, restorer, mask: 4 words on x86_64 and
+        // aarch64); all zero is SIG_DFL with no flags and an empty mask.
+        let act = [0u64; 4];
+        // SAFETY: `act` is a valid, large enough kernel sigaction; no old action requested;
+        // the last argument is the kernel sigset size (8 bytes for 64 signals).
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                act.as_ptr(),
+                std::ptr::null_mut::<libc::c_void>(),
+                8usize,
+            )
+        };
+        if rc != 0 {
+            return Err(sys("rt_sigaction"));
+        }
+    }
+    for sig in (1..=31).chain(rt_min..=libc::SIGRTMAX()) {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: an all-zero sigaction is valid; we then set the handler to SIG_DFL.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = libc::SIG_DFL;
+        // SAFETY: `act` is a valid sigaction; the old action is not requested.
+        if unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) } != 0 {
+            return Err(sys("sigaction"));
+        }
+    }
+    // SAFETY: an all-zero sigset_t is valid storage; sigemptyset then initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is valid storage for a signal set.
+    unsafe { libc::sigemptyset(&mut set) };
+    // SAFETY: `set` is an initialised signal set; the old mask is not requested.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(ProcessError::Sys {
+            call: "pthread_sigmask",
+            source: io::Error::from_raw_os_error(rc),
+        });
+    }
+    Ok(())
+}
+
+/// `(CapEff, CapBnd)` of the calling thread, parsed from `/proc/self/status`.
+pub fn read_caps() -> Result<(u64, u64), ProcessError> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| ProcessError::Status(e.to_string()))?;
+    parse_caps(&status)
+}
+
+fn parse_caps(status: &str) -> Result<(u64, u64), ProcessError> {
+    let field = |name: &str| -> Result<u64, ProcessError> {
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .ok_or_else(|| ProcessError::Status(format!("no {name} line")))?;
+        u64::from_str_radix(line.trim(), 16)
+            .map_err(|e| ProcessError::Status(format!("{name}: {e}")))
+    };
+    Ok((field("CapEff")?, field("CapBnd")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+    use crate::testutil::{errno, in_child};
+
+    fn status_line(name: &str) -> Result<String, String> {
+        let s = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+        s.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+            .ok_or_else(|| format!("no {name}"))
+    }
+
+    #[test]
+    fn parses_status() {
+        let s = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001fffeffffff\nCapBnd:\t0000000000000003\n";
+        assert_eq!(parse_caps(s).expect("parse"), (0x01ff_feff_ffff, 3));
+        assert!(parse_caps("CapEff:\t0\n").is_err());
+    }
+
+    #[test]
+    fn no_new_privs_sticks() {
+        in_child(|| {
+            set_no_new_privs().map_err(|e| e.to_string())?;
+            match status_line("NoNewPrivs")?.as_str() {
+                "1" => Ok(()),
+                v => Err(format!("NoNewPrivs: {v}")),
+            }
+        });
+    }
+
+    #[test]
+    fn last_cap_matches_proc() {
+        let proc: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .expect("cap_last_cap")
+            .trim()
+            .parse()
+            .expect("number");
+        assert_eq!(last_cap(), proc);
+        assert_eq!(last_cap_probed(), proc);
+    }
+
+    #[test]
+    fn drops_everything_as_root() {
+        // SAFETY: geteuid has no arguments.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        in_child(|| {
+            let (eff, _) = read_caps().map_err(|e| e.to_string())?;
+            if eff == 0 {
+                return Err("test needs capabilities".into());
+            }
+            let d = drop_all_capabilities().map_err(|e| e.to_string())?;
+            if d != (CapsDropped {
+                securebits_locked: true,
+                bounding_cleared: true,
+            }) {
+                return Err(format!("{d:?}"));
+            }
+            let caps = read_caps().map_err(|e| e.to_string())?;
+            if caps != (0, 0) {
+                return Err(format!("caps after drop: {caps:x?}"));
+            }
+            for name in ["CapPrm", "CapInh", "CapAmb"] {
+                if u64::from_str_radix(&status_line(name)?, 16) != Ok(0) {
+                    return Err(format!("{name} not empty"));
+                }
+            }
+            // SAFETY: PR_GET_SECUREBITS takes integer arguments only.
+            let bits = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) };
+            if bits & SECUREBITS != SECUREBITS || bits & libc::SECBIT_KEEP_CAPS != 0 {
+                return Err(format!("securebits {bits:#x}"));
+            }
+            // Root without capabilities: a privileged operation fails...
+            // SAFETY: chroot takes a NUL-terminated path.
+            let rc = unsafe { libc::chroot(c"/".as_ptr()) };
+            crate::testutil::expect_errno("chroot", rc.into(), libc::EPERM)?;
+            // ...and capabilities cannot come back: the lock holds.
+            // SAFETY: PR_SET_SECUREBITS takes integer arguments only.
+            let rc = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, 0, 0, 0, 0) };
+            crate::testutil::expect_errno("clear securebits", rc.into(), libc::EPERM)?;
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unprivileged_drop_skips_what_needs_setpcap() {
+        // SAFETY: geteuid has no arguments.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        in_child(|| {
+            // Become nobody: the kernel clears permitted/effective, the bounding set stays.
+            // SAFETY: setresgid/setresuid take integers only.
+            if unsafe { libc::setresgid(65534, 65534, 65534) } != 0
+                // SAFETY: as above.
+                || unsafe { libc::setresuid(65534, 65534, 65534) } != 0
+            {
+                return Err(format!("setresuid: errno {}", errno()));
+            }
+            let d = drop_all_capabilities().map_err(|e| e.to_string())?;
+            if d != (CapsDropped {
+                securebits_locked: false,
+                bounding_cleared: false,
+            }) {
+                return Err(format!("{d:?}"));
+            }
+            match read_caps().map_err(|e| e.to_string())? {
+                (0, bnd) if bnd != 0 => Ok(()),
+                caps => Err(format!("caps {caps:x?}")),
+            }
+        });
+    }
+
+    #[test]
+    fn closes_fds_above() {
+        for by_listing in [false, true] {
+            in_child(|| {
+                let files: Vec<std::fs::File> = (0..5)
+                    .map(|_| std::fs::File::open("/dev/null"))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?;
+                let fds: Vec<i32> = files.iter().map(|f| f.as_raw_fd()).collect();
+                let r = if by_listing {
+                    close_fds_above_by_listing(2)
+                } else {
+                    close_fds_above(2)
+                };
+                r.map_err(|e| e.to_string())?;
+                for fd in fds {
+                    // SAFETY: F_GETFD only queries the descriptor.
+                    if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 || errno() != libc::EBADF {
+                        return Err(format!("fd {fd} still open"));
+                    }
+                }
+                for fd in 0..=2 {
+                    // SAFETY: F_GETFD only queries the descriptor.
+                    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 && errno() == libc::EBADF {
+                        return Err(format!("stdio fd {fd} was closed"));
+                    }
+                }
+                // The Files' destructors would close numbers that may be reused; forget them.
+                files.into_iter().for_each(std::mem::forget);
+                Ok(())
+            });
+        }
+    }
+
+    extern "C" fn handler(_: libc::c_int) {}
+
+    #[test]
+    fn resets_signals() {
+        in_child(|| {
+            // SAFETY: installing SIG_IGN and a no-op handler, then blocking SIGTERM, in the child.
+            unsafe {
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+                libc::signal(libc::SIGUSR1, handler as *const () as libc::sighandler_t);
+                libc::signal(libc::SIGRTMIN() + 1, libc::SIG_IGN);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGTERM);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            reset_signal_dispositions().map_err(|e| e.to_string())?;
+            for sig in (1..=31).chain(libc::SIGRTMIN()..=libc::SIGRTMAX()) {
+                if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                    continue;
+                }
+                // SAFETY: an all-zero sigaction is valid storage for the query.
+                let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+                // SAFETY: query only (NULL new action).
+                unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) };
+                if old.sa_sigaction != libc::SIG_DFL {
+                    return Err(format!("signal {sig} not SIG_DFL"));
+                }
+            }
+            // SigBlk/SigIgn are this thread's mask and ignored set.
+            for name in ["SigBlk", "SigIgn"] {
+                if u64::from_str_radix(&status_line(name)?, 16) != Ok(0) {
+                    return Err(format!("{name} = {}", status_line(name)?));
+                }
+            }
+            Ok(())
+        });
+    }
+}

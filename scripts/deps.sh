@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# System packages vetto's tests and benchmarks need, from Debian's archive.
+set -euo pipefail
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/deps.sh: run as root (it calls apt-get)" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends \
+  build-essential pkg-config ca-certificates git util-linux procps iproute2 \
+  python3 python3-venv \
+  hyperfine bubblewrap crun time

@@ -1,0 +1,123 @@
+//! The `vetto` command line (clap). Shell completions and the man page are generated from it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// vetto: a sandbox for AI coding agents.
+#[derive(Debug, Parser)]
+#[command(name = "vetto", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command in the sandbox: `vetto run -- claude`.
+    Run(RunArgs),
+    /// Check, explain and describe policies.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Record a policy file's SHA-256 as reviewed, so it may widen the sandbox.
+    Trust {
+        /// The policy file.
+        file: PathBuf,
+    },
+    /// Probe this machine and report which sandbox tier it supports.
+    Doctor {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        /// Skip the self-test sandbox.
+        #[arg(long)]
+        no_selftest: bool,
+    },
+    /// Print shell completions.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages into a directory.
+    #[command(hide = true)]
+    Man {
+        /// Output directory.
+        #[arg(long, default_value = "man")]
+        out: PathBuf,
+    },
+}
+
+/// Policy subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Parse and resolve a policy; report the first error with file, line and column.
+    Check {
+        /// The policy file (default: the user file and --policy).
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    /// Print every mount, mask, env var, Landlock rule and syscall that would apply, and where
+    /// each came from.
+    Explain {
+        /// Machine-readable output (includes the OCI config.json and the init plan).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    /// Print the JSON Schema of the policy file.
+    Schema,
+    /// Print a built-in profile's TOML.
+    Show {
+        /// default, read-only or ci.
+        profile: String,
+    },
+}
+
+/// Everything that selects and layers a policy.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PolicyArgs {
+    /// Policy file, layered over the built-in profile and the user file.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Built-in profile: default, read-only, ci.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Project directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Project access: read, write, write-no-delete.
+    #[arg(long, value_name = "LEVEL")]
+    pub project_access: Option<String>,
+    /// Extra read-only root (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub allow_read: Vec<String>,
+    /// Extra read-write root (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub allow_write: Vec<String>,
+    /// Pass this environment variable through (exact name, repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    /// Wall-clock limit for the session, e.g. 30m.
+    #[arg(long, value_name = "DURATION")]
+    pub wall_clock: Option<String>,
+    /// Ignore the user policy file.
+    #[arg(long)]
+    pub no_user_policy: bool,
+}
+
+/// `vetto run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}

@@ -1,0 +1,243 @@
+//! `vetto doctor`: what this machine supports and which tier follows.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+/// One probe's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct Probe {
+    /// What was probed.
+    pub name: String,
+    /// Usable for vetto.
+    pub ok: bool,
+    /// What was found.
+    pub detail: String,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// FULL, FS-ONLY or none.
+    pub tier: String,
+    /// Why that tier.
+    pub reason: String,
+    /// Landlock ABI, if any.
+    pub landlock_abi: Option<u32>,
+    /// cgroup layout: v1, hybrid, v2.
+    pub cgroup_layout: String,
+    /// Every probe.
+    pub probes: Vec<Probe>,
+    /// The self-test sandbox, when run.
+    pub selftest: Option<Vec<Probe>>,
+}
+
+fn read_trim(p: &str) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Can this user create a user namespace? Tried for real in a child process.
+fn probe_userns() -> Probe {
+    let mut notes = vec![];
+    if let Some(v) = read_trim("/proc/sys/kernel/unprivileged_userns_clone") {
+        notes.push(format!("kernel.unprivileged_userns_clone={v}"));
+    }
+    if let Some(v) = read_trim("/proc/sys/user/max_user_namespaces") {
+        notes.push(format!("user.max_user_namespaces={v}"));
+    }
+    if let Some(v) = read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        notes.push(format!("kernel.apparmor_restrict_unprivileged_userns={v}"));
+    }
+    let sysctl_ok = read_trim("/proc/sys/kernel/unprivileged_userns_clone")
+        .is_none_or(|v| v == "1")
+        && read_trim("/proc/sys/user/max_user_namespaces").is_none_or(|v| v != "0")
+        && read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+            .is_none_or(|v| v == "0");
+    // SAFETY: fork in a process that has not started other threads at this point of doctor;
+    // the child only calls async-signal-safe functions (unshare, _exit).
+    let pid = unsafe { libc::fork() };
+    let tried = match pid {
+        0 => {
+            // SAFETY: unshare and _exit are async-signal-safe and touch no Rust state.
+            unsafe {
+                let r = libc::unshare(libc::CLONE_NEWUSER);
+                libc::_exit(if r == 0 { 0 } else { 1 })
+            }
+        }
+        p if p > 0 => {
+            let mut status = 0;
+            // SAFETY: waiting for our own child; status is a valid out pointer.
+            unsafe { libc::waitpid(p, &mut status, 0) };
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+        }
+        _ => false,
+    };
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    notes.push(format!(
+        "unshare(CLONE_NEWUSER) {}",
+        if tried { "works" } else { "fails" }
+    ));
+    let ok = tried && (root || sysctl_ok);
+    Probe {
+        name: "user namespaces".into(),
+        ok: ok && (sysctl_ok || root),
+        detail: format!(
+            "{}{}",
+            notes.join(", "),
+            if root && !sysctl_ok {
+                " (root only: unprivileged users cannot)"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+fn probe_seccomp() -> Probe {
+    let actions = read_trim("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let has_field = status.lines().any(|l| l.starts_with("Seccomp:"));
+    let ok = has_field && actions.split_whitespace().any(|a| a == "errno");
+    Probe {
+        name: "seccomp".into(),
+        ok,
+        detail: if ok {
+            format!("filter mode available, actions: {actions}")
+        } else {
+            "seccomp filters unavailable".into()
+        },
+    }
+}
+
+fn cgroup_layout() -> (String, Probe) {
+    let fs_type = |p: &str| -> Option<i64> {
+        let c = std::ffi::CString::new(p).ok()?;
+        // SAFETY: statfs writes into a zeroed struct we own; the path is a valid C string.
+        let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: see above.
+        let r = unsafe { libc::statfs(c.as_ptr(), &mut s) };
+        (r == 0).then_some(s.f_type)
+    };
+    const CGROUP2_MAGIC: i64 = 0x6367_7270;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let layout = match fs_type("/sys/fs/cgroup") {
+        Some(CGROUP2_MAGIC) => "v2",
+        Some(TMPFS_MAGIC) if fs_type("/sys/fs/cgroup/unified") == Some(CGROUP2_MAGIC) => "hybrid",
+        Some(TMPFS_MAGIC) => "v1",
+        _ => "none",
+    };
+    let own = read_trim("/proc/self/cgroup").unwrap_or_default();
+    let v2_path = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or("/")
+        .to_string();
+    let delegated = match layout {
+        "v2" => {
+            let dir = Path::new("/sys/fs/cgroup").join(v2_path.trim_start_matches('/'));
+            let c =
+                std::ffi::CString::new(dir.join("cgroup.procs").to_string_lossy().as_bytes()).ok();
+            // SAFETY: access() reads a valid C string.
+            c.is_some_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
+        }
+        _ => Path::new("/sys/fs/cgroup/pids/vetto").exists(),
+    };
+    let detail = format!(
+        "layout {layout}; {}",
+        if delegated {
+            "a writable subtree is available: cgroup limits"
+        } else {
+            "no delegated subtree for this user: limits fall back to rlimits"
+        }
+    );
+    (
+        layout.to_string(),
+        Probe {
+            name: "cgroups".into(),
+            ok: true,
+            detail,
+        },
+    )
+}
+
+/// Probe the machine.
+pub fn probe() -> Report {
+    let abi = vetto_hooks::landlock::abi_version();
+    let ll = Probe {
+        name: "landlock".into(),
+        ok: abi.is_some(),
+        detail: match abi {
+            Some(a) => format!(
+                "ABI {a}{}",
+                if a >= 6 {
+                    " (signal and abstract-socket scoping)"
+                } else {
+                    ""
+                }
+            ),
+            None => "unavailable (kernel without Landlock, or not in the LSM list)".into(),
+        },
+    };
+    let userns = probe_userns();
+    let sc = probe_seccomp();
+    let (layout, cg) = cgroup_layout();
+    let (tier, reason) = if ll.ok && userns.ok && sc.ok {
+        (
+            "FULL",
+            "Landlock, user namespaces and seccomp are all available".to_string(),
+        )
+    } else if ll.ok && sc.ok {
+        (
+            "FS-ONLY",
+            format!("user namespaces unavailable: {}", userns.detail),
+        )
+    } else {
+        let missing: Vec<&str> = [(&ll, "Landlock"), (&sc, "seccomp")]
+            .iter()
+            .filter(|(p, _)| !p.ok)
+            .map(|(_, n)| *n)
+            .collect();
+        (
+            "none",
+            format!(
+                "missing {}: vetto refuses to run commands",
+                missing.join(" and ")
+            ),
+        )
+    };
+    Report {
+        tier: tier.into(),
+        reason,
+        landlock_abi: abi,
+        cgroup_layout: layout,
+        probes: vec![ll, userns, sc, cg],
+        selftest: None,
+    }
+}
+
+/// Print the report.
+pub fn print(r: &Report) {
+    println!("tier: {} ({})", r.tier, r.reason);
+    for p in &r.probes {
+        println!(
+            "  [{}] {:<16} {}",
+            if p.ok { " ok " } else { "FAIL" },
+            p.name,
+            p.detail
+        );
+    }
+    if let Some(st) = &r.selftest {
+        println!("self-test sandbox:");
+        for p in st {
+            println!(
+                "  [{}] {:<28} {}",
+                if p.ok { " ok " } else { "FAIL" },
+                p.name,
+                p.detail
+            );
+        }
+    }
+}

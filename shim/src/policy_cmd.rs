@@ -1,0 +1,250 @@
+//! `vetto policy …` and `vetto trust`: resolving the layers for this host and showing them.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use vetto_bundle::host::HostFacts;
+use vetto_bundle::policy::{EnvironmentSection, FilesystemSection, LimitsSection, PolicyFile};
+use vetto_bundle::resolve::{self, Inputs, Layer, Policy, Source, TrustContext};
+use vetto_bundle::secrets;
+use vetto_bundle::translate::{translate, Translation};
+use vetto_bundle::trust::TrustStore;
+
+use crate::cli::PolicyArgs;
+
+/// `$XDG_CONFIG_HOME/vetto` (or `~/.config/vetto`).
+pub fn config_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .map(|c| c.join("vetto"))
+}
+
+/// The trust store, unless it lies inside the project (the sandbox could write it): then an
+/// empty one.
+pub fn trust_store(project: &Path) -> Result<TrustStore> {
+    let path = config_dir()
+        .context("cannot locate the config directory (set HOME)")?
+        .join("trusted.json");
+    if path.starts_with(project) {
+        tracing::warn!(store = %path.display(), "trust store lies inside the project; ignoring it");
+        return Ok(TrustStore::empty(path));
+    }
+    Ok(TrustStore::load(&path)?)
+}
+
+fn flag_layer(name: &str, file: PolicyFile) -> Layer {
+    Layer {
+        file,
+        source: Source::Flag(name.to_string()),
+    }
+}
+
+/// Flags as layers, one per flag so `explain` names each.
+pub fn flag_layers(a: &PolicyArgs) -> Result<Vec<Layer>> {
+    let mut layers = vec![];
+    if let Some(acc) = &a.project_access {
+        let text = format!("[filesystem]\nproject = {}\n", toml_escape(acc));
+        layers.push(flag_layer(
+            "--project-access",
+            PolicyFile::parse(&text, "--project-access")?,
+        ));
+    }
+    for (name, list, write) in [
+        ("--allow-read", &a.allow_read, false),
+        ("--allow-write", &a.allow_write, true),
+    ] {
+        for p in list {
+            let fs = if write {
+                FilesystemSection {
+                    write: Some(vec![p.clone()]),
+                    ..Default::default()
+                }
+            } else {
+                FilesystemSection {
+                    read: Some(vec![p.clone()]),
+                    ..Default::default()
+                }
+            };
+            layers.push(flag_layer(
+                name,
+                PolicyFile {
+                    filesystem: Some(fs),
+                    ..Default::default()
+                },
+            ));
+        }
+    }
+    if !a.pass_env.is_empty() {
+        let env = EnvironmentSection {
+            pass_through: Some(a.pass_env.clone()),
+            set: None,
+        };
+        layers.push(flag_layer(
+            "--pass-env",
+            PolicyFile {
+                environment: Some(env),
+                ..Default::default()
+            },
+        ));
+    }
+    if let Some(w) = &a.wall_clock {
+        let l = LimitsSection {
+            wall_clock: Some(w.clone()),
+            ..Default::default()
+        };
+        layers.push(flag_layer(
+            "--wall-clock",
+            PolicyFile {
+                limits: Some(l),
+                ..Default::default()
+            },
+        ));
+    }
+    Ok(layers)
+}
+
+fn toml_escape(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Resolve the policy for this host from the arguments.
+pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
+    let user_file = if a.no_user_policy {
+        None
+    } else {
+        config_dir()
+            .map(|d| d.join("policy.toml"))
+            .filter(|p| p.exists())
+    };
+    let inputs = Inputs {
+        profile_flag: a.profile.clone(),
+        user_file,
+        policy_file: a.policy.clone(),
+        flags: flag_layers(a)?,
+    };
+    let store = trust_store(&facts.project)?;
+    Ok(resolve::resolve(
+        &inputs,
+        &TrustContext {
+            project: &facts.project,
+            store: &store,
+        },
+    )?)
+}
+
+/// Facts, policy, secret scan and translation, for `explain` and `run`.
+pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation)> {
+    let mut facts = HostFacts::gather(a.project.as_deref())?;
+    facts.landlock_abi = vetto_hooks::landlock::abi_version();
+    facts.host_private.extend(config_dir());
+    let policy = resolve_policy(a, &facts)?;
+    let patterns: Vec<_> = policy
+        .secret_files
+        .iter()
+        .chain(&policy.secret_dirs)
+        .chain(&policy.secret_globs)
+        .collect();
+    let found = secrets::scan(&patterns, &facts.home, &facts.project)?;
+    let t = translate(&policy, &facts, &found, id)?;
+    Ok((facts, policy, t))
+}
+
+/// `vetto policy check [FILE]`.
+pub fn check(file: Option<&Path>, a: &PolicyArgs) -> Result<()> {
+    match file {
+        Some(f) => {
+            let pf = PolicyFile::load(f)?;
+            // Values (durations, sizes, ports) are checked by merging over the profile.
+            let profile = pf.profile.clone().unwrap_or_else(|| "default".into());
+            let base = vetto_bundle::profiles::load(&profile)?;
+            resolve::merge(
+                &profile,
+                &[
+                    Layer {
+                        file: base,
+                        source: Source::Builtin("profile".into()),
+                    },
+                    Layer {
+                        file: pf,
+                        source: Source::PolicyFile(f.to_path_buf()),
+                    },
+                ],
+            )?;
+            println!("ok: {}", f.display());
+        }
+        None => {
+            let facts = HostFacts::gather(a.project.as_deref())?;
+            let p = resolve_policy(a, &facts)?;
+            println!("ok: profile {} with {} file(s)", p.profile, p.files.len());
+        }
+    }
+    Ok(())
+}
+
+/// `vetto policy explain`.
+pub fn explain(a: &PolicyArgs, json: bool) -> Result<()> {
+    let (facts, policy, t) = build(a, "explain")?;
+    if json {
+        let v = serde_json::json!({
+            "profile": policy.profile,
+            "project": facts.project,
+            "landlock_abi": facts.landlock_abi,
+            "policy": policy,
+            "explain": t.explain,
+            "plan": t.plan,
+            "config": t.spec,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "profile: {}    project: {}    landlock ABI: {}",
+        policy.profile,
+        facts.project.display(),
+        facts
+            .landlock_abi
+            .map_or("unavailable".to_string(), |a| a.to_string())
+    );
+    let mut last = String::new();
+    for e in &t.explain {
+        if e.category != last {
+            println!("\n{}:", e.category);
+            last = e.category.clone();
+        }
+        println!("  {:<40} {}  [{}]", e.item, e.detail, e.source);
+    }
+    Ok(())
+}
+
+/// `vetto trust FILE`.
+pub fn trust(file: &Path) -> Result<()> {
+    let canon = file
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", file.display()))?;
+    PolicyFile::load(&canon)?;
+    let cwd = std::env::current_dir()?;
+    let mut store = trust_store(&cwd)?;
+    if store.path().starts_with(&cwd) {
+        bail!("the trust store {} lies inside this directory; run vetto trust from outside the project", store.path().display());
+    }
+    let digest = store.record(&canon)?;
+    store.save()?;
+    println!(
+        "trusted {} (sha256 {digest}) in {}",
+        canon.display(),
+        store.path().display()
+    );
+    Ok(())
+}

@@ -1,0 +1,421 @@
+//! `vetto run`: policy → bundle → libcontainer → wait, from one single-threaded supervisor.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::cli::RunArgs;
+use crate::engine::{self, Stdio, VettoExecutor};
+use crate::{policy_cmd, pty, session, userns};
+
+/// Exit status when vetto itself could not set the sandbox up (as Docker and Podman do).
+pub const EXIT_SETUP: u8 = 125;
+/// Exit status when the wall-clock limit killed the sandbox (as timeout(1) does).
+pub const EXIT_WALL_CLOCK: u8 = 124;
+
+struct Phases {
+    start: Instant,
+    last: Instant,
+}
+
+impl Phases {
+    fn new() -> Self {
+        let now = Instant::now();
+        Phases {
+            start: now,
+            last: now,
+        }
+    }
+    fn mark(&mut self, phase: &str) {
+        let now = Instant::now();
+        tracing::info!(
+            phase,
+            ms = format!("{:.2}", (now - self.last).as_secs_f64() * 1e3),
+            total_ms = format!("{:.2}", (now - self.start).as_secs_f64() * 1e3),
+            "phase"
+        );
+        self.last = now;
+    }
+}
+
+fn clamp_rlimits(spec: &mut Value) {
+    let Some(list) = spec
+        .pointer_mut("/process/rlimits")
+        .and_then(|v| v.as_array_mut())
+    else {
+        return;
+    };
+    for r in list {
+        let res = match r["type"].as_str() {
+            Some("RLIMIT_NOFILE") => libc::RLIMIT_NOFILE,
+            Some("RLIMIT_NPROC") => libc::RLIMIT_NPROC,
+            Some("RLIMIT_CORE") => libc::RLIMIT_CORE,
+            Some("RLIMIT_AS") => libc::RLIMIT_AS,
+            _ => continue,
+        };
+        let mut cur = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit fills our struct.
+        if unsafe { libc::getrlimit(res, &mut cur) } != 0 {
+            continue;
+        }
+        for k in ["hard", "soft"] {
+            if let Some(v) = r[k].as_u64() {
+                if v > cur.rlim_max {
+                    r[k] = Value::from(cur.rlim_max);
+                }
+            }
+        }
+    }
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into our array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn dup(fd: RawFd) -> Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
+    let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if n < 0 {
+        bail!("dup: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: n is a fresh descriptor owned by us.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
+fn read_all_nonblocking(fd: RawFd) -> String {
+    // SAFETY: setting O_NONBLOCK on our own descriptor.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+    let mut out = vec![];
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: reading into our buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    String::from_utf8_lossy(&out).trim().to_string()
+}
+
+const SUPERVISED: &[libc::c_int] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGWINCH,
+    libc::SIGCHLD,
+];
+
+fn block_signals() -> Result<OwnedFd> {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers and signal numbers.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in SUPERVISED {
+            libc::sigaddset(&mut set, *s);
+        }
+        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            bail!("sigprocmask: {}", std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: valid set; -1 creates a new descriptor.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+    if fd < 0 {
+        bail!("signalfd: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn copy(from: RawFd, to: RawFd) -> bool {
+    let mut buf = [0u8; 16384];
+    // SAFETY: reading into our buffer.
+    let n = unsafe { libc::read(from, buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 {
+        return n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock;
+    }
+    let mut off = 0usize;
+    while off < n as usize {
+        // SAFETY: writing from our buffer.
+        let w = unsafe { libc::write(to, buf[off..].as_ptr().cast(), n as usize - off) };
+        if w <= 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        off += w as usize;
+    }
+    true
+}
+
+fn drain_once(from: RawFd, to: RawFd) -> bool {
+    let mut buf = [0u8; 16384];
+    // SAFETY: reading into our buffer.
+    let n = unsafe { libc::read(from, buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 {
+        return false;
+    }
+    // SAFETY: writing from our buffer.
+    unsafe { libc::write(to, buf.as_ptr().cast(), n as usize) };
+    true
+}
+
+fn status_code(status: libc::c_int) -> u8 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status) as u8
+    } else if libc::WIFSIGNALED(status) {
+        (128 + libc::WTERMSIG(status)) as u8
+    } else {
+        1
+    }
+}
+
+/// Run the command; returns its exit status.
+pub fn run(args: &RunArgs) -> Result<u8> {
+    let mut ph = Phases::new();
+    let (facts, _policy, t) = policy_cmd::build(&args.policy, "run")?;
+    if facts.landlock_abi.is_none() {
+        bail!("landlock: not available on this kernel, so the FULL tier cannot be established and the command does not run (see `vetto doctor`)");
+    }
+    ph.mark("policy");
+
+    let root = session::runtime_root(facts.uid)?;
+    session::sweep_stale(&root);
+    let sess = session::create(&root)?;
+    let bundle = sess.bundle();
+
+    // config.json: the translated spec, with the command and the ids of the supervisor's
+    // user namespace (0 there is the caller on the host).
+    let mut spec = serde_json::to_value(&t.spec)?;
+    spec["process"]["args"] = Value::from(args.command.clone());
+    for m in ["uidMappings", "gidMappings"] {
+        if let Some(list) = spec["linux"][m].as_array_mut() {
+            for e in list {
+                e["hostID"] = Value::from(0);
+            }
+        }
+    }
+    spec["linux"]["cgroupsPath"] = Value::from(format!("/vetto/{}", sess.id));
+    clamp_rlimits(&mut spec);
+    std::fs::write(
+        bundle.join("config.json"),
+        serde_json::to_vec_pretty(&spec)?,
+    )
+    .context("writing config.json")?;
+    std::fs::write(
+        bundle.join("plan.json"),
+        serde_json::to_vec_pretty(&t.plan)?,
+    )
+    .context("writing plan.json")?;
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir(&rootfs).context("creating rootfs")?;
+    for (link, target) in &t.rootfs_links {
+        let rel = link.strip_prefix("/").unwrap_or(link);
+        std::os::unix::fs::symlink(target, rootfs.join(rel))
+            .with_context(|| format!("rootfs link {}", link.display()))?;
+    }
+    ph.mark("bundle");
+
+    userns::enter(facts.uid, facts.gid)?;
+    ph.mark("userns");
+
+    let tty = pty::is_tty(0) && pty::is_tty(1);
+    let (master, slave) = match tty {
+        true => {
+            let p = pty::Pty::open(0)?;
+            (Some(p.master), Some(p.slave))
+        }
+        false => (None, None),
+    };
+    let stdio = match &slave {
+        Some(s) => Some(Stdio {
+            stdin: dup(s.as_raw_fd())?,
+            stdout: dup(s.as_raw_fd())?,
+            stderr: dup(s.as_raw_fd())?,
+        }),
+        None => None,
+    };
+    let (err_r, err_w) = pipe()?;
+    // SAFETY: pidfd_open on our own pid; returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as RawFd;
+    let pidfd = (pidfd >= 0).then(|| {
+        // SAFETY: fresh descriptor.
+        unsafe { OwnedFd::from_raw_fd(pidfd) }
+    });
+    let sfd = block_signals()?;
+    let exec = VettoExecutor {
+        plan: t.plan.clone(),
+        tty,
+        supervisor_pidfd: pidfd.as_ref().map(|p| p.as_raw_fd()),
+        error_fd: Some(err_w.as_raw_fd()),
+    };
+    let cwd = std::env::current_dir()?;
+    let created = engine::create(&sess.id, &bundle, &sess.state(), exec, stdio);
+    // libcontainer chdirs while it works; come back before anything relative is used.
+    let _ = std::env::set_current_dir(&cwd);
+    drop(err_w);
+    let mut container = match created {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = read_all_nonblocking(err_r.as_raw_fd());
+            if msg.is_empty() {
+                bail!("{e}");
+            }
+            bail!("{e}: {msg}");
+        }
+    };
+    let init_pid = match engine::start(&mut container) {
+        Ok(p) => p,
+        Err(e) => {
+            engine::delete(&mut container);
+            return Err(e.into());
+        }
+    };
+    let _ = std::env::set_current_dir(&cwd);
+    ph.mark("container");
+    // Only the sandbox holds the slave now: the master reads EIO once it is gone.
+    drop(slave);
+
+    let deadline = t
+        .plan
+        .wall_clock_secs
+        .map(|s| Instant::now() + Duration::from_secs(s));
+    let raw = master.as_ref().and_then(|_| pty::RawMode::enter(0));
+    let status = supervise(
+        init_pid,
+        sfd.as_raw_fd(),
+        master.as_ref().map(|m| m.as_raw_fd()),
+        deadline,
+    );
+    drop(raw);
+    engine::delete(&mut container);
+    ph.mark("session");
+    drop(sess);
+
+    let msg = read_all_nonblocking(err_r.as_raw_fd());
+    match status {
+        Outcome::WallClock => {
+            eprintln!(
+                "vetto: wall-clock limit of {} s reached: the sandbox was killed",
+                t.plan.wall_clock_secs.unwrap_or(0)
+            );
+            Ok(EXIT_WALL_CLOCK)
+        }
+        Outcome::Exited(st) => {
+            let code = status_code(st);
+            if !msg.is_empty() {
+                if code == 126 || code == 127 {
+                    eprintln!("vetto: {msg}");
+                    return Ok(code);
+                }
+                eprintln!("vetto: sandbox setup failed, the command did not run: {msg}");
+                return Ok(EXIT_SETUP);
+            }
+            Ok(code)
+        }
+    }
+}
+
+enum Outcome {
+    Exited(libc::c_int),
+    WallClock,
+}
+
+fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Instant>) -> Outcome {
+    let mut stdin_open = master.is_some();
+    let mut master_open = master.is_some();
+    loop {
+        let mut fds = vec![libc::pollfd {
+            fd: sfd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(m) = master {
+            fds.push(libc::pollfd {
+                fd: if stdin_open { 0 } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            fds.push(libc::pollfd {
+                fd: if master_open { m } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let timeout = deadline.map_or(-1, |d| {
+            d.saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as i32
+        });
+        // SAFETY: polling our own array of pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if n == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+            // SAFETY: killing the init we created; the kernel then kills its namespace.
+            unsafe { libc::kill(init, libc::SIGKILL) };
+            let mut st = 0;
+            // SAFETY: waiting for our child.
+            unsafe { libc::waitpid(init, &mut st, 0) };
+            return Outcome::WallClock;
+        }
+        if let Some(m) = master {
+            if fds[1].revents & (libc::POLLIN | libc::POLLHUP) != 0 && !copy(0, m) {
+                stdin_open = false;
+            }
+            if fds[2].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && !copy(m, 1) {
+                master_open = false;
+            }
+        }
+        if fds[0].revents & libc::POLLIN != 0 {
+            loop {
+                // SAFETY: signalfd_siginfo is plain data.
+                let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+                let want = std::mem::size_of::<libc::signalfd_siginfo>();
+                // SAFETY: reading exactly one siginfo into our struct.
+                let r = unsafe {
+                    libc::read(sfd, (&mut info as *mut libc::signalfd_siginfo).cast(), want)
+                };
+                if r as usize != want {
+                    break;
+                }
+                let sig = info.ssi_signo as libc::c_int;
+                match sig {
+                    libc::SIGCHLD => {}
+                    libc::SIGWINCH => {
+                        if let Some(m) = master {
+                            pty::copy_winsize(0, m);
+                        }
+                    }
+                    // SAFETY: forwarding a signal to the init we created; it relays it to the
+                    // command's process group.
+                    s => unsafe {
+                        libc::kill(init, s);
+                    },
+                }
+            }
+        }
+        let mut st = 0;
+        // SAFETY: non-blocking wait for our child.
+        if unsafe { libc::waitpid(init, &mut st, libc::WNOHANG) } == init {
+            if let Some(m) = master {
+                // SAFETY: our own descriptor; drain what the command wrote last.
+                unsafe { libc::fcntl(m, libc::F_SETFL, libc::O_NONBLOCK) };
+                while drain_once(m, 1) {}
+            }
+            return Outcome::Exited(st);
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The supervisor's own user and mount namespace.
+//!
+//! Before it calls libcontainer, the supervisor moves itself into a user namespace that maps
+//! 0 → the caller and a private mount namespace in which `/sys/fs/cgroup` is the unified
+//! (cgroup2) hierarchy. Three things follow, root and rootless alike:
+//! - libcontainer runs its rootless path (the same code for every caller), and the
+//!   container's user namespace maps 0 → 0 of this one, i.e. → the caller on the host;
+//! - on this cgroup-v1 hybrid host libcontainer's cgroup manager sees cgroup v2 and tolerates
+//!   the permission error for the cgroup it cannot create, so no cgroup is created and no
+//!   process is migrated (the attach costs 4–15 ms and is the main start-up cost); limits are
+//!   rlimits (see docs/policy.md);
+//! - nothing of the host's mount table is changed.
+
+use std::io::Write;
+
+use anyhow::{bail, Context, Result};
+
+fn write(path: &str, text: &str) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {path}"))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("writing {text:?} to {path}"))
+}
+
+fn fs_magic(path: &str) -> Option<i64> {
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: statfs writes into a zeroed struct we own; the path is a valid C string.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0).then_some(s.f_type)
+}
+
+const CGROUP2_MAGIC: i64 = 0x6367_7270;
+
+/// Enter the supervisor namespace. Must be called while the process is single-threaded.
+pub fn enter(uid: u32, gid: u32) -> Result<()> {
+    // SAFETY: unshare with flags only; the process is single-threaded here.
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+        let e = std::io::Error::last_os_error();
+        bail!("user namespaces: cannot create one for the supervisor: {e} (see `vetto doctor`)");
+    }
+    write("/proc/self/setgroups", "deny")?;
+    write("/proc/self/uid_map", &format!("0 {uid} 1\n"))?;
+    write("/proc/self/gid_map", &format!("0 {gid} 1\n"))?;
+    let root = c"/";
+    // SAFETY: valid C strings; MS_REC|MS_PRIVATE changes propagation of our own namespace only.
+    if unsafe {
+        libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        bail!(
+            "mount namespace: making / private: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    match fs_magic("/sys/fs/cgroup") {
+        Some(CGROUP2_MAGIC) => {}
+        _ if fs_magic("/sys/fs/cgroup/unified") == Some(CGROUP2_MAGIC) => {
+            let src = c"/sys/fs/cgroup/unified";
+            let dst = c"/sys/fs/cgroup";
+            // SAFETY: valid C strings; a bind mount inside our private mount namespace.
+            if unsafe {
+                libc::mount(
+                    src.as_ptr(),
+                    dst.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            } != 0
+            {
+                bail!(
+                    "mount namespace: binding the unified cgroup hierarchy: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        _ => {
+            // Pure cgroup v1: a private cgroup2 mount (needs its own cgroup namespace).
+            // SAFETY: unshare with a flag only.
+            let ok = unsafe { libc::unshare(libc::CLONE_NEWCGROUP) } == 0;
+            let (src, dst, ty) = (c"cgroup2", c"/sys/fs/cgroup", c"cgroup2");
+            // SAFETY: valid C strings; mounting inside our private mount namespace.
+            if !ok
+                || unsafe {
+                    libc::mount(src.as_ptr(), dst.as_ptr(), ty.as_ptr(), 0, std::ptr::null())
+                } != 0
+            {
+                bail!(
+                    "cgroups: no cgroup2 hierarchy available: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+    Ok(())
+}
