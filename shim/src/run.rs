@@ -264,6 +264,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         error_fd: Some(err_w.as_raw_fd()),
     };
     let cwd = std::env::current_dir()?;
+    arm_setup_watchdog();
     let created = engine::create(&sess.id, &bundle, &sess.state(), exec, stdio);
     // libcontainer chdirs while it works; come back before anything relative is used.
     let _ = std::env::set_current_dir(&cwd);
@@ -286,6 +287,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     };
     let _ = std::env::set_current_dir(&cwd);
+    // SAFETY: alarm(0) cancels the watchdog.
+    unsafe { libc::alarm(0) };
     ph.mark("container");
     // Only the sandbox holds the slave now: the master reads EIO once it is gone.
     drop(slave);
@@ -327,6 +330,32 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             }
             Ok(code)
         }
+    }
+}
+
+/// Seconds the container setup may take before vetto gives up.
+pub const SETUP_TIMEOUT_SECS: u32 = 60;
+
+extern "C" fn setup_timed_out(_: libc::c_int) {
+    let msg =
+        b"vetto: sandbox setup did not finish within 60 s; giving up (the command did not run)\n";
+    // SAFETY: write and _exit are async-signal-safe; the buffer is static.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(EXIT_SETUP as libc::c_int);
+    }
+}
+
+/// If libcontainer's setup ever hangs (its processes died without reporting), the
+/// supervisor exits instead of waiting forever; PDEATHSIG takes anything it started along.
+fn arm_setup_watchdog() {
+    // SAFETY: installing an async-signal-safe handler for SIGALRM, then arming the timer.
+    unsafe {
+        libc::signal(
+            libc::SIGALRM,
+            setup_timed_out as *const () as libc::sighandler_t,
+        );
+        libc::alarm(SETUP_TIMEOUT_SECS);
     }
 }
 

@@ -5,10 +5,10 @@
 //! (cgroup2) hierarchy. Three things follow, root and rootless alike:
 //! - libcontainer runs its rootless path (the same code for every caller), and the
 //!   container's user namespace maps 0 → 0 of this one, i.e. → the caller on the host;
-//! - on this cgroup-v1 hybrid host libcontainer's cgroup manager sees cgroup v2 and tolerates
-//!   the permission error for the cgroup it cannot create, so no cgroup is created and no
-//!   process is migrated (the attach costs 4–15 ms and is the main start-up cost); limits are
-//!   rlimits (see docs/policy.md);
+//! - libcontainer's cgroup manager sees a read-only cgroup v2 hierarchy (on this v1-hybrid
+//!   host: the unified one) and tolerates the EROFS for the cgroup it cannot create, so no
+//!   cgroup is created, joined or left behind (the attach costs 4–15 ms and is the main
+//!   start-up cost); limits are rlimits (see docs/policy.md);
 //! - nothing of the host's mount table is changed.
 
 use std::io::Write;
@@ -33,6 +33,68 @@ fn fs_magic(path: &str) -> Option<i64> {
 }
 
 const CGROUP2_MAGIC: i64 = 0x6367_7270;
+
+/// Bind `src` over `dst` read-only, keeping the flags the kernel locks in a user namespace.
+/// Read-only, libcontainer's cgroup manager gets EROFS for the cgroup it would create and
+/// leaves the container in the caller's cgroup: no cgroup is made or joined, for root and
+/// rootless alike, and none can be left behind.
+fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Result<()> {
+    // SAFETY: valid C strings; a bind mount inside our private mount namespace.
+    if unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        bail!(
+            "mount namespace: binding the cgroup2 hierarchy: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: statvfs fills a zeroed struct we own.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(dst.as_ptr(), &mut st) } != 0 {
+        bail!(
+            "mount namespace: statvfs of the cgroup2 bind: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+    for (st_flag, ms_flag) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if st.f_flag & st_flag != 0 {
+            flags |= ms_flag;
+        }
+    }
+    // SAFETY: valid C string; remounting our own bind read-only.
+    if unsafe {
+        libc::mount(
+            std::ptr::null(),
+            dst.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        bail!(
+            "mount namespace: making the cgroup2 bind read-only: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
 
 /// Enter the supervisor namespace. Must be called while the process is single-threaded.
 pub fn enter(uid: u32, gid: u32) -> Result<()> {
@@ -62,36 +124,26 @@ pub fn enter(uid: u32, gid: u32) -> Result<()> {
         );
     }
     match fs_magic("/sys/fs/cgroup") {
-        Some(CGROUP2_MAGIC) => {}
+        Some(CGROUP2_MAGIC) => bind_read_only(c"/sys/fs/cgroup", c"/sys/fs/cgroup")?,
         _ if fs_magic("/sys/fs/cgroup/unified") == Some(CGROUP2_MAGIC) => {
-            let src = c"/sys/fs/cgroup/unified";
-            let dst = c"/sys/fs/cgroup";
-            // SAFETY: valid C strings; a bind mount inside our private mount namespace.
-            if unsafe {
-                libc::mount(
-                    src.as_ptr(),
-                    dst.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                )
-            } != 0
-            {
-                bail!(
-                    "mount namespace: binding the unified cgroup hierarchy: {}",
-                    std::io::Error::last_os_error()
-                );
-            }
+            bind_read_only(c"/sys/fs/cgroup/unified", c"/sys/fs/cgroup")?
         }
         _ => {
             // Pure cgroup v1: a private cgroup2 mount (needs its own cgroup namespace).
             // SAFETY: unshare with a flag only.
             let ok = unsafe { libc::unshare(libc::CLONE_NEWCGROUP) } == 0;
             let (src, dst, ty) = (c"cgroup2", c"/sys/fs/cgroup", c"cgroup2");
+            let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
             // SAFETY: valid C strings; mounting inside our private mount namespace.
             if !ok
                 || unsafe {
-                    libc::mount(src.as_ptr(), dst.as_ptr(), ty.as_ptr(), 0, std::ptr::null())
+                    libc::mount(
+                        src.as_ptr(),
+                        dst.as_ptr(),
+                        ty.as_ptr(),
+                        flags,
+                        std::ptr::null(),
+                    )
                 } != 0
             {
                 bail!(

@@ -1,0 +1,414 @@
+//! `vetto run` end to end: each test runs the real binary, as root and as `nobody`, against a
+//! throwaway HOME and project with dummy secrets, and asserts what the sandboxed process
+//! really could and could not do.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
+use std::time::Duration;
+
+use vetto_integration::{both, err, eventually, out, pids_with, Fixture, Mode};
+
+both!(env_file_reads_empty, |f| {
+    let o = f.run_sh(&[], "cat .env; echo \"rc=$?\"; wc -c < .env");
+    assert_eq!(out(&o), "rc=0\n0\n", "stderr: {}", err(&o));
+    assert!(o.status.success());
+    // The host file is untouched.
+    let host = std::fs::read_to_string(f.proj.join(".env")).expect("read");
+    assert!(host.contains("dummy-secret-value"));
+});
+
+both!(symlinked_env_masks_its_target, |f| {
+    // .env.local -> ~/.ssh/id_ed25519 ; a second link from an unmasked name must be masked too
+    std::os::unix::fs::symlink(f.home.join(".ssh/id_ed25519"), f.proj.join(".env.local"))
+        .expect("ln");
+    std::os::unix::fs::symlink(f.home.join(".ssh/id_ed25519"), f.proj.join("innocent"))
+        .expect("ln");
+    let o = f.run_sh(&[], "cat .env.local innocent 2>&1; echo done");
+    let s = out(&o);
+    assert!(!s.contains("PRIVATE KEY"), "{s}");
+    assert!(s.ends_with("done\n"), "{s}");
+});
+
+both!(ssh_dir_is_empty_and_unwritable, |f| {
+    let o = f.run_sh(&[], "ls -A ~/.ssh 2>/dev/null | wc -l; cat ~/.ssh/id_ed25519 2>/dev/null | wc -c; touch ~/.ssh/new 2>/dev/null && echo WROTE || echo denied");
+    assert_eq!(out(&o), "0\n0\ndenied\n", "stderr: {}", err(&o));
+    assert!(!f.home.join(".ssh/new").exists());
+});
+
+both!(writes_outside_the_project_fail, |f| {
+    let outside = f.root.join("outside");
+    let script = format!(
+        "touch /etc/vetto-x 2>&1; touch /usr/vetto-x 2>&1; touch '{}/x' 2>&1; touch ~/../outside/y 2>&1; echo end",
+        outside.display()
+    );
+    let o = f.run_sh(&[], &script);
+    let s = out(&o);
+    assert!(
+        s.matches("Read-only file system").count() + s.matches("Permission denied").count() >= 2,
+        "{s}"
+    );
+    assert!(s.ends_with("end\n"), "{s}");
+    assert!(!std::path::Path::new("/etc/vetto-x").exists());
+    assert!(!std::path::Path::new("/usr/vetto-x").exists());
+    assert_eq!(
+        std::fs::read_dir(&outside).expect("ls").count(),
+        0,
+        "nothing written outside"
+    );
+});
+
+both!(
+    writes_inside_the_project_work_and_belong_to_the_caller,
+    |f| {
+        let o = f.run_sh(
+            &[],
+            "echo made-inside > new.txt && mkdir -p sub && echo x > sub/y && id -u",
+        );
+        assert!(o.status.success(), "{}", err(&o));
+        assert_eq!(out(&o).trim(), f.uid.to_string(), "the caller's uid inside");
+        assert_eq!(
+            std::fs::read_to_string(f.proj.join("new.txt")).expect("r"),
+            "made-inside\n"
+        );
+        let m = std::fs::metadata(f.proj.join("sub/y")).expect("meta");
+        assert_eq!(m.uid(), f.uid, "owned by the caller on the host");
+    }
+);
+
+both!(protected_paths_stay_read_only, |f| {
+    let o = f.run_sh(&[], "echo evil > .git/hooks/pre-commit; echo '[core]' >> .git/config; mv .git .git-moved; rm -rf .git/hooks; echo end");
+    assert!(out(&o).ends_with("end\n"));
+    assert!(
+        !f.proj.join(".git/hooks/pre-commit").exists(),
+        "hook written: {}",
+        err(&o)
+    );
+    assert!(f.proj.join(".git/config").exists());
+    assert!(!f.proj.join(".git-moved").exists(), ".git renamed away");
+    let cfg = std::fs::read_to_string(f.proj.join(".git/config")).expect("r");
+    assert!(!cfg.ends_with("[core]\n"), "config appended");
+});
+
+both!(write_no_delete_blocks_rm_but_allows_edits, |f| {
+    std::fs::create_dir_all(f.proj.join("target")).expect("mk");
+    std::fs::write(f.proj.join("target/old"), "x").expect("w");
+    f.own(&f.proj.join("target"));
+    let o = f.run_sh(
+        &["--project-access", "write-no-delete"],
+        "echo a > f.txt && echo b >> f.txt && echo edited; rm README 2>/dev/null || echo rm-denied; mv f.txt g.txt 2>/dev/null || echo mv-denied; rm target/old && echo scratch-rm-ok",
+    );
+    assert_eq!(
+        out(&o),
+        "edited\nrm-denied\nmv-denied\nscratch-rm-ok\n",
+        "stderr: {}",
+        err(&o)
+    );
+    assert!(f.proj.join("README").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("f.txt")).expect("r"),
+        "a\nb\n"
+    );
+    assert!(!f.proj.join("target/old").exists());
+});
+
+both!(proc_shows_only_the_sandbox, |f| {
+    let o = f.run_sh(
+        &[],
+        "ls /proc | grep -c '^[0-9]'; cat /proc/1/cmdline | tr '\\0' ' '",
+    );
+    let s = out(&o);
+    let n: usize = s
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("count");
+    assert!(n <= 5, "{n} processes visible: {s}");
+    // The host's own processes (this test, pid 1 of the host) are not there.
+    let me = std::process::id();
+    let o = f.run_sh(
+        &[],
+        &format!("test -e /proc/{me}/status && echo visible || echo hidden"),
+    );
+    if me > 10 {
+        assert_eq!(out(&o), "hidden\n");
+    }
+});
+
+both!(network_is_loopback_only, |f| {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.set_nonblocking(true).expect("nb");
+    let port = l.local_addr().expect("addr").port();
+    let script = format!(
+        "cat /sys/class/net/lo/flags; ls /sys/class/net; (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo CONNECTED || echo refused"
+    );
+    let o = f.run_argv(&[], &["/bin/bash", "-c", &script]);
+    let s = out(&o);
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(
+        lines
+            .first()
+            .map(|l| u32::from_str_radix(l.trim_start_matches("0x"), 16).unwrap_or(0) & 1),
+        Some(1),
+        "lo is up: {s}"
+    );
+    assert_eq!(lines.get(1), Some(&"lo"), "only lo: {s}");
+    assert_eq!(lines.last(), Some(&"refused"), "{s} {}", err(&o));
+    assert!(l.accept().is_err(), "the host listener saw a connection");
+});
+
+both!(secrets_in_environment_do_not_pass, |f| {
+    let o = f.run_sh(&[], "echo \"gh=${GH_TOKEN:-} openai=${OPENAI_API_KEY:-} aws=${AWS_SECRET_ACCESS_KEY:-} home=$HOME sandbox=$VETTO_SANDBOX\"");
+    assert_eq!(
+        out(&o),
+        format!("gh= openai= aws= home={} sandbox=1\n", f.home.display())
+    );
+    let o = f.run_sh(
+        &["--pass-env", "OPENAI_API_KEY"],
+        "echo \"openai=$OPENAI_API_KEY\"",
+    );
+    assert_eq!(out(&o), "openai=sk-dummy\n");
+});
+
+#[cfg(target_arch = "x86_64")]
+const SYSCALL_PROBE: &str = r#"
+import ctypes, os, errno, fcntl, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def res(r):
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+out = {}
+out["ptrace"] = res(libc.syscall(101, 16, 1, 0, 0))           # PTRACE_ATTACH to pid 1
+out["bpf"] = res(libc.syscall(321, 0, 0, 0))
+out["io_uring_setup"] = res(libc.syscall(425, 1, ctypes.create_string_buffer(120)))
+out["mount"] = res(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None))
+out["umount_mask"] = res(libc.umount2(os.path.abspath(".env").encode(), 2))
+out["unshare"] = res(libc.unshare(0x10000000 | 0x00020000))  # CLONE_NEWUSER|CLONE_NEWNS
+out["umount_after_unshare"] = res(libc.umount2(os.path.abspath(".env").encode(), 2))
+fd = os.open("/dev/tty", os.O_RDWR) if os.path.exists("/dev/tty") and os.isatty(0) else 0
+out["tiocsti"] = res(libc.ioctl(fd, 0x5412, ctypes.c_char_p(b"x")))
+out["x32_getpid"] = res(libc.syscall(0x40000000 | 39))
+out["keyctl"] = res(libc.syscall(250, 0, 0, 0, 0, 0))
+out["userfaultfd"] = res(libc.syscall(323, 0))
+print(" ".join(f"{k}={v}" for k, v in out.items()))
+"#;
+
+#[cfg(target_arch = "x86_64")]
+both!(dangerous_syscalls_get_eperm, |f| {
+    let o = f.run_argv(&[], &["/usr/bin/python3", "-c", SYSCALL_PROBE]);
+    let s = out(&o);
+    for k in [
+        "ptrace",
+        "bpf",
+        "io_uring_setup",
+        "mount",
+        "umount_mask",
+        "umount_after_unshare",
+        "tiocsti",
+        "x32_getpid",
+        "keyctl",
+        "userfaultfd",
+    ] {
+        assert!(
+            s.contains(&format!("{k}=EPERM")),
+            "{k} not EPERM: {s} {}",
+            err(&o)
+        );
+    }
+    // And the mask is still in place afterwards.
+    let o = f.run_sh(&[], "wc -c < .env");
+    assert_eq!(out(&o), "0\n");
+});
+
+both!(only_stdio_descriptors_are_open, |f| {
+    let o = f.run_argv(
+        &[],
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import os; print(sorted(int(x) for x in os.listdir('/proc/self/fd')))",
+        ],
+    );
+    // listdir holds one descriptor of its own while it reads the directory.
+    let s = out(&o);
+    let fds: Vec<u32> = s
+        .trim()
+        .trim_matches(['[', ']'])
+        .split(", ")
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    assert_eq!(&fds[..3], &[0, 1, 2], "{s}");
+    assert!(fds.len() <= 4, "extra descriptors leaked in: {s}");
+});
+
+both!(no_capabilities_and_no_new_privs, |f| {
+    let o = f.run_sh(&[], "grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' '");
+    let s = out(&o);
+    assert!(s.contains("CapPrm: 0000000000000000"), "{s}");
+    assert!(s.contains("CapEff: 0000000000000000"), "{s}");
+    assert!(s.contains("CapBnd: 0000000000000000"), "{s}");
+    assert!(s.contains("NoNewPrivs: 1"), "{s}");
+    assert!(s.contains("Seccomp: 2"), "{s}");
+});
+
+both!(orphans_die_with_the_session, |f| {
+    let tag = format!(
+        "{}",
+        7000 + (std::process::id() % 1000) + if f.mode == Mode::Root { 0 } else { 1000 }
+    );
+    let script = format!("setsid nohup sleep {tag}1 >/dev/null 2>&1 & (sleep {tag}2 </dev/null >/dev/null 2>&1 &) ; sleep 0.2; exit 0");
+    let o = f.run_sh(&[], &script);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        eventually(5, || pids_with(&format!("sleep {tag}1")).is_empty()
+            && pids_with(&format!("sleep {tag}2")).is_empty()),
+        "orphans survived"
+    );
+});
+
+both!(supervisor_sigkill_kills_the_sandbox, |f| {
+    let tag = format!(
+        "{}",
+        5000 + (std::process::id() % 1000) + if f.mode == Mode::Root { 0 } else { 1000 }
+    );
+    let bin = f.bin.display().to_string();
+    let script = format!("sleep {tag}3");
+    let mut child = f
+        .command(
+            &[&bin, "run", "--", "/bin/sh", "-c", &script],
+            &f.base_env(),
+        )
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(
+        eventually(10, || !pids_with(&format!("sleep {tag}3")).is_empty()),
+        "sandbox never started"
+    );
+    // The supervisor is vetto itself (setpriv execs env which execs vetto: same pid).
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(
+        eventually(5, || pids_with(&format!("sleep {tag}3")).is_empty()),
+        "sandbox survived its supervisor"
+    );
+});
+
+both!(exit_codes_and_signals_propagate, |f| {
+    assert_eq!(f.run_sh(&[], "exit 7").status.code(), Some(7));
+    assert_eq!(f.run_sh(&[], "kill -TERM $$").status.code(), Some(143));
+    assert_eq!(
+        f.run_argv(&[], &["/nonexistent/cmd"]).status.code(),
+        Some(127)
+    );
+    // A signal sent to vetto reaches the command.
+    let bin = f.bin.display().to_string();
+    let mut child = f
+        .command(
+            &[
+                &bin,
+                "run",
+                "--",
+                "/bin/bash",
+                "-c",
+                "trap 'exit 42' TERM; echo ready; sleep 100 & wait",
+            ],
+            &f.base_env(),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut buf = [0u8; 6];
+    child
+        .stdout
+        .as_mut()
+        .expect("stdout")
+        .read_exact(&mut buf)
+        .expect("ready");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().expect("wait");
+    assert_eq!(st.code(), Some(42));
+});
+
+both!(bad_policy_refuses_to_run_and_leaves_nothing, |f| {
+    let p = f.root.join("outside/bad.toml");
+    std::fs::write(&p, "[environment]\npass_thru = [\"GH_TOKEN\"]\n").expect("w");
+    f.own(&p);
+    let marker = f.proj.join("ran");
+    let o = f.run_sh(&["--policy", p.to_str().expect("utf8")], "touch ran");
+    assert_eq!(o.status.code(), Some(2));
+    let e = err(&o);
+    assert!(
+        e.contains("line 2, column 1: unknown field `pass_thru`"),
+        "{e}"
+    );
+    assert!(!marker.exists());
+    assert!(
+        f.leftover_sessions().is_empty(),
+        "{:?}",
+        f.leftover_sessions()
+    );
+    let o = f.run_sh(&["--project", "/nonexistent/dir"], "true");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("/nonexistent/dir"), "{}", err(&o));
+});
+
+both!(sessions_are_cleaned_up, |f| {
+    let o = f.run_sh(&[], "true");
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        f.leftover_sessions().is_empty(),
+        "{:?}",
+        f.leftover_sessions()
+    );
+});
+
+both!(wall_clock_kills_the_sandbox, |f| {
+    let start = std::time::Instant::now();
+    let o = f.run_sh(&["--wall-clock", "1s"], "sleep 30");
+    assert_eq!(o.status.code(), Some(124), "{}", err(&o));
+    assert!(
+        err(&o).contains("wall-clock limit of 1 s reached"),
+        "{}",
+        err(&o)
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+});
+
+both!(init_binary_cannot_be_rewritten, |f| {
+    let before = std::fs::read(&f.bin).expect("read");
+    let o = f.run_sh(&[], "echo pwned > /proc/1/exe 2>/dev/null && echo WROTE; cat /proc/1/environ >/dev/null 2>&1 && echo READ-ENVIRON; echo end");
+    assert_eq!(out(&o), "end\n", "{}", err(&o));
+    assert_eq!(std::fs::read(&f.bin).expect("read"), before);
+});
+
+both!(git_works_with_identity_from_gitconfig, |f| {
+    let o = f.run_sh(&[], "git status --short && echo change >> README && git commit -qam 'from the sandbox' && git log -1 --format='%an <%ae>'");
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        out(&o).ends_with("Sandbox Tester <tester@example.invalid>\n"),
+        "{}",
+        out(&o)
+    );
+});
+
+both!(python_venv_and_node_work, |f| {
+    let o = f.run_sh(
+        &[],
+        "/usr/bin/python3 -m venv --without-pip .venv && .venv/bin/python -c 'print(6*7)'",
+    );
+    assert_eq!(out(&o), "42\n", "{}", err(&o));
+    if std::path::Path::new("/usr/bin/node").exists() {
+        let o = f.run_argv(
+            &[],
+            &[
+                "/usr/bin/node",
+                "-e",
+                "console.log(require('fs').readFileSync('.env','utf8').length)",
+            ],
+        );
+        assert_eq!(out(&o), "0\n", "{}", err(&o));
+    }
+});
