@@ -136,6 +136,19 @@ pub fn run(plan: &Plan, cfg: &InitConfig) -> Result<Infallible, InitError> {
     }
     arm_parent_death(cfg.supervisor_pidfd)?;
 
+    if cfg.tty {
+        // libcontainer made the pty PID 1's controlling terminal; hand it over so the command
+        // can take it in its own session. TIOCNOTTY sends SIGHUP to PID 1's group; SIGHUP may
+        // be blocked (inherited mask), so it stays pending: setting SIG_IGN afterwards
+        // discards it, before PID 1 would forward it to the command.
+        // SAFETY: changing one signal disposition and an ioctl without memory arguments.
+        unsafe {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::ioctl(0, libc::TIOCNOTTY);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+        }
+    }
     // Block the signals PID 1 handles; it reads them from a signalfd.
     // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };

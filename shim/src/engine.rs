@@ -5,7 +5,7 @@
 //! supervisor, from the thread that lives as long as the sandbox (PDEATHSIG follows the
 //! parent thread).
 
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::path::Path;
 
 use libcontainer::container::builder::ContainerBuilder;
@@ -73,36 +73,21 @@ impl Executor for VettoExecutor {
     }
 }
 
-/// The command's stdio when it is not the supervisor's own.
-pub struct Stdio {
-    /// stdin.
-    pub stdin: OwnedFd,
-    /// stdout.
-    pub stdout: OwnedFd,
-    /// stderr.
-    pub stderr: OwnedFd,
-}
-
 /// Create the container from a bundle on disk (state under `state_root`).
 pub fn create(
     id: &str,
     bundle: &Path,
     state_root: &Path,
     executor: VettoExecutor,
-    stdio: Option<Stdio>,
+    console_socket: Option<&Path>,
 ) -> Result<Container, EngineError> {
     let rt = |step: &'static str| move |source| EngineError::Runtime { step, source };
-    let mut b = ContainerBuilder::new(id.to_string(), SyscallType::default())
+    ContainerBuilder::new(id.to_string(), SyscallType::default())
         .with_root_path(state_root)
         .map_err(rt("state root"))?
-        .with_executor(executor);
-    if let Some(s) = stdio {
-        b = b
-            .with_stdin(s.stdin)
-            .with_stdout(s.stdout)
-            .with_stderr(s.stderr);
-    }
-    b.validate_id()
+        .with_executor(executor)
+        .with_console_socket(console_socket)
+        .validate_id()
         .map_err(rt("container id"))?
         .as_init(bundle)
         .with_systemd(false)

@@ -1,18 +1,14 @@
-//! A pseudo-terminal for interactive sessions: the command gets the slave as its
-//! controlling terminal, the supervisor relays between the caller's terminal (in raw mode)
-//! and the master, and copies window-size changes across.
+//! Interactive sessions: libcontainer opens a pty inside the sandbox and sends its master over
+//! the console socket; the supervisor relays between the caller's terminal (in raw mode) and
+//! that master, and copies window-size changes across.
 
+use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixListener;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-
-/// The master and slave ends.
-pub struct Pty {
-    /// Kept by the supervisor.
-    pub master: OwnedFd,
-    /// Given to the sandbox as stdio.
-    pub slave: OwnedFd,
-}
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
 
 /// Is this descriptor a terminal?
 pub fn is_tty(fd: RawFd) -> bool {
@@ -32,30 +28,41 @@ pub fn copy_winsize(from: RawFd, to: RawFd) {
     }
 }
 
-impl Pty {
-    /// Open a pty sized like `like`.
-    pub fn open(like: RawFd) -> Result<Self> {
-        let (mut m, mut s) = (-1, -1);
-        // SAFETY: openpty writes two descriptors into our ints; name, termios, winsize null.
-        let r = unsafe {
-            libc::openpty(
-                &mut m,
-                &mut s,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        };
-        if r != 0 {
-            bail!("terminal: openpty: {}", std::io::Error::last_os_error());
+/// Receive the pty master that libcontainer's init sends over the console socket (it opens
+/// the pty inside the container's own devpts, so `tty` and `/dev/pts/N` make sense inside).
+pub fn recv_master(listener: &UnixListener, timeout: Duration) -> Result<OwnedFd> {
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + timeout;
+    let stream = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => bail!("terminal: no console from the sandbox: {e}"),
         }
-        // SAFETY: openpty succeeded: both descriptors are open and ours alone.
-        let (master, slave) = unsafe { (OwnedFd::from_raw_fd(m), OwnedFd::from_raw_fd(s)) };
-        // SAFETY: setting FD_CLOEXEC on our master.
-        unsafe { libc::fcntl(master.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-        copy_winsize(like, slave.as_raw_fd());
-        Ok(Pty { master, slave })
+    };
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(timeout))?;
+    let mut buf = [0u8; 64];
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<UnixAddr>(
+        stream.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(|e| anyhow::anyhow!("terminal: receiving the pty master: {e}"))?;
+    for c in msg.cmsgs().map_err(|e| anyhow::anyhow!("terminal: {e}"))? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            if let Some(&fd) = fds.first() {
+                // SAFETY: SCM_RIGHTS gave us a fresh descriptor that nothing else owns.
+                return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
     }
+    bail!("terminal: the sandbox sent no pty master")
 }
 
 /// Puts a terminal in raw mode and restores it on drop.

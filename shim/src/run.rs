@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use crate::cli::RunArgs;
-use crate::engine::{self, Stdio, VettoExecutor};
+use crate::engine::{self, VettoExecutor};
 use crate::{policy_cmd, pty, session, userns};
 
 /// Exit status when vetto itself could not set the sandbox up (as Docker and Podman do).
@@ -81,16 +81,6 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both descriptors were just created and are ours alone.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-fn dup(fd: RawFd) -> Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
-    let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-    if n < 0 {
-        bail!("dup: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: n is a fresh descriptor owned by us.
-    Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
 fn read_all_nonblocking(fd: RawFd) -> String {
@@ -209,6 +199,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             }
         }
     }
+    spec["process"]["terminal"] = Value::from(pty::is_tty(0) && pty::is_tty(1));
     spec["linux"]["cgroupsPath"] = Value::from(format!("/vetto/{}", sess.id));
     clamp_rlimits(&mut spec);
     std::fs::write(
@@ -234,20 +225,14 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     ph.mark("userns");
 
     let tty = pty::is_tty(0) && pty::is_tty(1);
-    let (master, slave) = match tty {
+    let console = match tty {
         true => {
-            let p = pty::Pty::open(0)?;
-            (Some(p.master), Some(p.slave))
+            let path = sess.dir.join("console.sock");
+            let l = std::os::unix::net::UnixListener::bind(&path)
+                .context("terminal: console socket")?;
+            Some((l, path))
         }
-        false => (None, None),
-    };
-    let stdio = match &slave {
-        Some(s) => Some(Stdio {
-            stdin: dup(s.as_raw_fd())?,
-            stdout: dup(s.as_raw_fd())?,
-            stderr: dup(s.as_raw_fd())?,
-        }),
-        None => None,
+        false => None,
     };
     let (err_r, err_w) = pipe()?;
     // SAFETY: pidfd_open on our own pid; returns a new descriptor or -1.
@@ -265,7 +250,13 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     let cwd = std::env::current_dir()?;
     arm_setup_watchdog();
-    let created = engine::create(&sess.id, &bundle, &sess.state(), exec, stdio);
+    let created = engine::create(
+        &sess.id,
+        &bundle,
+        &sess.state(),
+        exec,
+        console.as_ref().map(|(_, p)| p.as_path()),
+    );
     // libcontainer chdirs while it works; come back before anything relative is used.
     let _ = std::env::set_current_dir(&cwd);
     drop(err_w);
@@ -279,6 +270,19 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             bail!("{e}: {msg}");
         }
     };
+    let master = match &console {
+        Some((l, _)) => match pty::recv_master(l, Duration::from_secs(10)) {
+            Ok(m) => {
+                pty::copy_winsize(0, m.as_raw_fd());
+                Some(m)
+            }
+            Err(e) => {
+                engine::delete(&mut container);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     let init_pid = match engine::start(&mut container) {
         Ok(p) => p,
         Err(e) => {
@@ -290,8 +294,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // SAFETY: alarm(0) cancels the watchdog.
     unsafe { libc::alarm(0) };
     ph.mark("container");
-    // Only the sandbox holds the slave now: the master reads EIO once it is gone.
-    drop(slave);
 
     let deadline = t
         .plan

@@ -412,3 +412,68 @@ both!(python_venv_and_node_work, |f| {
         assert_eq!(out(&o), "0\n", "{}", err(&o));
     }
 });
+
+fn tmux(f: &Fixture, args: &[&str]) -> String {
+    let sock = f.root.join("run/tmux.sock").display().to_string();
+    let mut argv: Vec<&str> = vec!["tmux", "-S", &sock];
+    argv.extend_from_slice(args);
+    let mut env = f.base_env();
+    env.push(("TERM".into(), "xterm-256color".into()));
+    // nobody's login shell is nologin: tmux would run the pane command with it.
+    env.push(("SHELL".into(), "/bin/sh".into()));
+    let o = f.command(&argv, &env).output().expect("tmux");
+    out(&o)
+}
+
+both!(interactive_terminal_and_resize, |f| {
+    if std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        panic!("tmux is not installed (scripts/deps.sh installs it)");
+    }
+    let bin = f.bin.display().to_string();
+    let cmd = format!("{bin} run -- /bin/bash --norc --noprofile -i");
+    tmux(f, &["new-session", "-d", "-x", "101", "-y", "33", &cmd]);
+    let screen_has =
+        |needle: &str| eventually(10, || tmux(f, &["capture-pane", "-p"]).contains(needle));
+    tmux(
+        f,
+        &[
+            "send-keys",
+            "echo tty=$(tty | cut -c1-8) uid=$(id -u)",
+            "Enter",
+        ],
+    );
+    assert!(
+        screen_has("tty=/dev/pts"),
+        "{}",
+        tmux(f, &["capture-pane", "-p"])
+    );
+    tmux(f, &["send-keys", "stty size", "Enter"]);
+    assert!(screen_has("33 101"), "{}", tmux(f, &["capture-pane", "-p"]));
+    tmux(f, &["resize-window", "-x", "120", "-y", "40"]);
+    tmux(f, &["send-keys", "clear; stty size", "Enter"]);
+    assert!(
+        screen_has("40 120"),
+        "resize not propagated: {}",
+        tmux(f, &["capture-pane", "-p"])
+    );
+    // Job control works: a foreground job is interrupted by ^C, the shell survives.
+    tmux(f, &["send-keys", "clear; sleep 100", "Enter"]);
+    std::thread::sleep(Duration::from_millis(300));
+    tmux(f, &["send-keys", "C-c", ""]);
+    tmux(f, &["send-keys", "echo still-$((6*7))", "Enter"]);
+    assert!(
+        screen_has("still-42"),
+        "{}",
+        tmux(f, &["capture-pane", "-p"])
+    );
+    tmux(f, &["send-keys", "exit", "Enter"]);
+    assert!(
+        eventually(10, || tmux(f, &["list-sessions"]).is_empty()),
+        "session did not end"
+    );
+    let _ = tmux(f, &["kill-server"]);
+});
