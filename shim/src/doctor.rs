@@ -218,6 +218,55 @@ pub fn probe() -> Report {
     }
 }
 
+const SELFTEST: &str = r#"
+[ -s .env ] && echo "secret-mask=FAIL .env readable" || echo "secret-mask=ok .env reads empty"
+touch /etc/.vetto-selftest 2>/dev/null && echo "read-only-system=FAIL /etc writable" || echo "read-only-system=ok /etc not writable"
+echo x > selftest.out 2>/dev/null && echo "project-write=ok project writable" || echo "project-write=FAIL project not writable"
+ls / >/dev/null 2>&1 && echo "landlock=FAIL / listable" || echo "landlock=ok / not listable (no rule covers it)"
+n=$(ls /sys/class/net | tr '
+' ' '); [ "$n" = "lo " ] && echo "network=ok only lo" || echo "network=FAIL interfaces: $n"
+c=$(ls /proc | grep -c '^[0-9]'); [ "$c" -le 8 ] && echo "pid-namespace=ok $c processes visible" || echo "pid-namespace=FAIL $c processes visible"
+grep -q '^CapEff:.0000000000000000' /proc/self/status && grep -q '^CapBnd:.0000000000000000' /proc/self/status && echo "capabilities=ok none" || echo "capabilities=FAIL some held"
+grep -q '^NoNewPrivs:.1' /proc/self/status && echo "no-new-privs=ok set" || echo "no-new-privs=FAIL unset"
+grep -q '^Seccomp:.2' /proc/self/status && echo "seccomp=ok filter installed" || echo "seccomp=FAIL no filter"
+"#;
+
+/// Run a real sandbox with the default profile in a throwaway project and report what it
+/// enforced.
+pub fn selftest() -> Vec<Probe> {
+    let fail = |detail: String| vec![Probe { name: "self-test".into(), ok: false, detail }];
+    let dir = std::env::temp_dir().join(format!("vetto-selftest-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir(&dir).and_then(|_| std::fs::write(dir.join(".env"), "VETTO_SELFTEST_SECRET=1\n")) {
+        return fail(format!("cannot create {}: {e}", dir.display()));
+    }
+    let exe = std::env::current_exe();
+    let out = exe.and_then(|exe| {
+        std::process::Command::new(exe)
+            .args(["run", "--no-user-policy", "--profile", "default", "--project"])
+            .arg(&dir)
+            .args(["--", "/bin/sh", "-c", SELFTEST])
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => return fail(format!("cannot start vetto: {e}")),
+    };
+    if !out.status.success() {
+        return fail(format!("the sandbox did not run: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once('=')?;
+            let (verdict, detail) = rest.split_once(' ')?;
+            Some(Probe { name: name.into(), ok: verdict == "ok", detail: detail.into() })
+        })
+        .collect()
+}
+
 /// Print the report.
 pub fn print(r: &Report) {
     println!("tier: {} ({})", r.tier, r.reason);

@@ -50,11 +50,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Trust { file } => policy_cmd::trust(&file)?,
-        Command::Doctor {
-            json,
-            no_selftest: _,
-        } => {
-            let r = doctor::probe();
+        Command::Doctor { json, no_selftest } => {
+            let mut r = doctor::probe();
+            if !no_selftest && r.tier == "FULL" {
+                let st = doctor::selftest();
+                if st.iter().any(|p| !p.ok) || st.is_empty() {
+                    r.tier = "none".into();
+                    r.reason = "the self-test sandbox did not enforce every control".into();
+                }
+                r.selftest = Some(st);
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

@@ -190,15 +190,22 @@ impl Fixture {
 
     /// `vetto run [flags] -- ARGV...`, waited for, stdin closed.
     pub fn run_argv(&self, flags: &[&str], argv: &[&str]) -> Output {
+        self.run_env(flags, argv, &[])
+    }
+
+    /// Like `run_argv`, with extra or replaced environment variables for vetto.
+    pub fn run_env(&self, flags: &[&str], argv: &[&str], extra: &[(&str, &str)]) -> Output {
+        let mut env = self.base_env();
+        for (k, v) in extra {
+            env.retain(|(ek, _)| ek != k);
+            env.push((k.to_string(), v.to_string()));
+        }
         let bin = self.bin.display().to_string();
         let mut full: Vec<&str> = vec![&bin, "run"];
         full.extend_from_slice(flags);
         full.push("--");
         full.extend_from_slice(argv);
-        self.command(&full, &self.base_env())
-            .stdin(Stdio::null())
-            .output()
-            .expect("run vetto")
+        self.command(&full, &env).stdin(Stdio::null()).output().expect("run vetto")
     }
 
     /// `vetto ARGS...` (not run), waited for.

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Start-up cost of a sandboxed /bin/true: vetto against bubblewrap and crun, root and
+# rootless, in ONE hyperfine run, reported as means and ratios to bwrap. Then vetto's peak RSS.
+# Needs: hyperfine bubblewrap crun time (scripts/deps.sh). Run as root (rootless variants use
+# setpriv to become nobody).
+set -euo pipefail
+VETTO=$(realpath "${1:-target/release/vetto}")
+RUNS=${BENCH_RUNS:-60}
+for t in hyperfine bwrap crun setpriv /usr/bin/time python3; do
+  command -v "$t" >/dev/null || { echo "bench: $t is missing (make deps)" >&2; exit 1; }
+done
+[ "$(id -u)" -eq 0 ] || { echo "bench: run as root (the rootless variants switch to nobody)" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/vetto-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+chmod 755 "$work"
+mkdir -p "$work/bin" "$work/proj" "$work/home" "$work/run" "$work/crun/rootfs" "$work/crun-state"
+cp "$VETTO" "$work/bin/vetto"
+chmod 755 "$work/bin/vetto"
+echo "API_KEY=x" > "$work/proj/.env"
+chown -R 65534:65534 "$work/proj" "$work/home" "$work/run" "$work/crun" "$work/crun-state"
+chmod 700 "$work/run"
+
+# A minimal crun bundle: host /usr read-only, merged-/usr symlinks, no cgroups.
+for l in bin lib lib64 sbin; do [ -L "/$l" ] && ln -s "usr/$l" "$work/crun/rootfs/$l"; done
+(cd "$work/crun" && crun spec --rootless)
+python3 - "$work/crun/config.json" <<'PY'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p))
+c["process"]["terminal"] = False
+c["process"]["args"] = ["/bin/true"]
+c["root"] = {"path": "rootfs", "readonly": True}
+c["mounts"].append({"destination": "/usr", "type": "bind", "source": "/usr", "options": ["rbind", "ro", "nosuid", "nodev"]})
+c["linux"].pop("resources", None)
+json.dump(c, open(p, "w"), indent=1)
+PY
+chown -R 65534:65534 "$work/crun"
+
+AS_NOBODY="setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all env -i HOME=$work/home PATH=/usr/bin:/bin XDG_RUNTIME_DIR=$work/run"
+P="$work/proj"
+BWRAP="bwrap --ro-bind / / --tmpfs /tmp --bind $P $P --dev /dev --proc /proc --unshare-all --die-with-parent --chdir $P /bin/true"
+VRUN="$work/bin/vetto run --no-user-policy -- /bin/true"
+CRUN="crun --root $work/crun-state --cgroup-manager=disabled run --bundle $work/crun"
+
+cd "$P"
+echo "== checking each command once"
+for c in "$BWRAP" "$VRUN" "$AS_NOBODY $BWRAP" "$AS_NOBODY $VRUN" "$AS_NOBODY $CRUN bench-check"; do
+  if ! $c >/dev/null 2>"$work/err"; then
+    echo "bench: this command failed, it is left out: $c"; sed 's/^/  /' "$work/err" | head -5
+  fi
+done
+
+echo "== one hyperfine run ($RUNS runs each)"
+hyperfine -N --warmup 5 --runs "$RUNS" --export-json "$work/h.json" \
+  -n "true" "/bin/true" \
+  -n "bwrap root" "$BWRAP" \
+  -n "vetto root" "$VRUN" \
+  -n "crun root" "$CRUN bench-root" \
+  -n "setpriv true" "$AS_NOBODY /bin/true" \
+  -n "bwrap rootless" "$AS_NOBODY $BWRAP" \
+  -n "vetto rootless" "$AS_NOBODY $VRUN" \
+  -n "crun rootless" "$AS_NOBODY $CRUN bench-rl" \
+  2>/dev/null | grep -vE '^\s*$' || true
+
+python3 - "$work/h.json" <<'PY'
+import json, sys
+r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
+ms = lambda n: r[n]["mean"] * 1e3 if n in r else float("nan")
+print(f'{"command":<16}{"mean ms":>10}{"± ms":>8}{"× bwrap (same mode)":>22}')
+for n in ["true", "bwrap root", "vetto root", "crun root", "setpriv true", "bwrap rootless", "vetto rootless", "crun rootless"]:
+    if n not in r: continue
+    mode = "rootless" if "rootless" in n else "root"
+    base = ms(f"bwrap {mode}")
+    ratio = f'{ms(n) / base:.2f}' if n.split()[0] in ("vetto", "crun", "bwrap") else ""
+    print(f'{n:<16}{ms(n):>10.2f}{r[n]["stddev"] * 1e3:>8.2f}{ratio:>22}')
+if "vetto rootless" in r and "crun rootless" in r:
+    print(f'vetto rootless / crun rootless = {ms("vetto rootless") / ms("crun rootless"):.2f}')
+PY
+
+echo "== vetto supervisor peak RSS (/usr/bin/time -v, target <= 8 MiB)"
+/usr/bin/time -v $VRUN 2>&1 >/dev/null | awk -F: '/Maximum resident/ {printf "root:     %d KiB\n", $2}'
+$AS_NOBODY /usr/bin/time -v $VRUN 2>&1 >/dev/null | awk -F: '/Maximum resident/ {printf "rootless: %d KiB\n", $2}'
+echo "== vetto phase timings (-v, rootless, one run)"
+$AS_NOBODY RUST_LOG=info $VRUN 2>&1 >/dev/null | grep -o 'phase="[a-z]*" ms="[0-9.]*"' || true
