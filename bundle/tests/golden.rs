@@ -147,7 +147,19 @@ fn golden(profile: &str) {
     };
     let policy = merge(profile, &[base]).expect("merge");
     let t = translate(&policy, &f, &secrets(&f), "golden").expect("translate");
-    let config = serde_json::to_string_pretty(&t.spec).expect("json") + "\n";
+    // oci-spec keeps capability sets in a HashSet: sort them so the file is stable.
+    let mut v = serde_json::to_value(&t.spec).expect("json");
+    if let Some(caps) = v
+        .pointer_mut("/process/capabilities")
+        .and_then(|c| c.as_object_mut())
+    {
+        for set in caps.values_mut() {
+            if let Some(a) = set.as_array_mut() {
+                a.sort_by(|x, y| x.as_str().cmp(&y.as_str()));
+            }
+        }
+    }
+    let config = serde_json::to_string_pretty(&v).expect("json") + "\n";
     let plan = serde_json::to_string_pretty(&t.plan).expect("json") + "\n";
     check(&format!("{profile}.config.json"), &config);
     check(&format!("{profile}.plan.json"), &plan);

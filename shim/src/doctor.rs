@@ -234,15 +234,29 @@ grep -q '^Seccomp:.2' /proc/self/status && echo "seccomp=ok filter installed" ||
 /// Run a real sandbox with the default profile in a throwaway project and report what it
 /// enforced.
 pub fn selftest() -> Vec<Probe> {
-    let fail = |detail: String| vec![Probe { name: "self-test".into(), ok: false, detail }];
+    let fail = |detail: String| {
+        vec![Probe {
+            name: "self-test".into(),
+            ok: false,
+            detail,
+        }]
+    };
     let dir = std::env::temp_dir().join(format!("vetto-selftest-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir(&dir).and_then(|_| std::fs::write(dir.join(".env"), "VETTO_SELFTEST_SECRET=1\n")) {
+    if let Err(e) = std::fs::create_dir(&dir)
+        .and_then(|_| std::fs::write(dir.join(".env"), "VETTO_SELFTEST_SECRET=1\n"))
+    {
         return fail(format!("cannot create {}: {e}", dir.display()));
     }
     let exe = std::env::current_exe();
     let out = exe.and_then(|exe| {
         std::process::Command::new(exe)
-            .args(["run", "--no-user-policy", "--profile", "default", "--project"])
+            .args([
+                "run",
+                "--no-user-policy",
+                "--profile",
+                "default",
+                "--project",
+            ])
             .arg(&dir)
             .args(["--", "/bin/sh", "-c", SELFTEST])
             .current_dir(&dir)
@@ -255,14 +269,21 @@ pub fn selftest() -> Vec<Probe> {
         Err(e) => return fail(format!("cannot start vetto: {e}")),
     };
     if !out.status.success() {
-        return fail(format!("the sandbox did not run: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        return fail(format!(
+            "the sandbox did not run: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
             let (name, rest) = l.split_once('=')?;
             let (verdict, detail) = rest.split_once(' ')?;
-            Some(Probe { name: name.into(), ok: verdict == "ok", detail: detail.into() })
+            Some(Probe {
+                name: name.into(),
+                ok: verdict == "ok",
+                detail: detail.into(),
+            })
         })
         .collect()
 }

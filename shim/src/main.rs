@@ -30,6 +30,8 @@ fn init_tracing(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // SAFETY: isatty only inspects the descriptor.
+        .with_ansi(unsafe { libc::isatty(2) } == 1 && std::env::var_os("NO_COLOR").is_none())
         .init();
 }
 

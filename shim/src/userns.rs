@@ -135,8 +135,8 @@ pub fn enter(uid: u32, gid: u32) -> Result<()> {
             let (src, dst, ty) = (c"cgroup2", c"/sys/fs/cgroup", c"cgroup2");
             let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
             // SAFETY: valid C strings; mounting inside our private mount namespace.
-            if !ok
-                || unsafe {
+            let mounted = ok
+                && unsafe {
                     libc::mount(
                         src.as_ptr(),
                         dst.as_ptr(),
@@ -144,8 +144,8 @@ pub fn enter(uid: u32, gid: u32) -> Result<()> {
                         flags,
                         std::ptr::null(),
                     )
-                } != 0
-            {
+                } == 0;
+            if !mounted {
                 bail!(
                     "cgroups: no cgroup2 hierarchy available: {}",
                     std::io::Error::last_os_error()

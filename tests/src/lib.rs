@@ -205,7 +205,10 @@ impl Fixture {
         full.extend_from_slice(flags);
         full.push("--");
         full.extend_from_slice(argv);
-        self.command(&full, &env).stdin(Stdio::null()).output().expect("run vetto")
+        self.command(&full, &env)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run vetto")
     }
 
     /// `vetto ARGS...` (not run), waited for.

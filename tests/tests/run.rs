@@ -490,12 +490,33 @@ fn cargo_build_offline_in_the_sandbox() {
     let f = Fixture::new(Mode::Root);
     let krate = f.proj.join("hello");
     std::fs::create_dir_all(krate.join("src")).expect("mk");
-    std::fs::write(krate.join("Cargo.toml"), "[package]\nname = \"hello\"\nversion = \"0.1.0\"\nedition = \"2021\"\n").expect("w");
-    std::fs::write(krate.join("src/main.rs"), "fn main() { println!(\"built in vetto\"); }\n").expect("w");
+    std::fs::write(
+        krate.join("Cargo.toml"),
+        "[package]\nname = \"hello\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .expect("w");
+    std::fs::write(
+        krate.join("src/main.rs"),
+        "fn main() { println!(\"built in vetto\"); }\n",
+    )
+    .expect("w");
     let o = f.run_env(
-        &["--allow-read", "/root/.cargo", "--allow-read", "/root/.rustup"],
-        &["/bin/sh", "-c", "cd hello && cargo build --offline -q && ./target/debug/hello"],
-        &[("CARGO_HOME", "/root/.cargo"), ("RUSTUP_HOME", "/root/.rustup"), ("PATH", "/root/.cargo/bin:/usr/local/bin:/usr/bin:/bin")],
+        &[
+            "--allow-read",
+            "/root/.cargo",
+            "--allow-read",
+            "/root/.rustup",
+        ],
+        &[
+            "/bin/sh",
+            "-c",
+            "cd hello && cargo build --offline -q && ./target/debug/hello",
+        ],
+        &[
+            ("CARGO_HOME", "/root/.cargo"),
+            ("RUSTUP_HOME", "/root/.rustup"),
+            ("PATH", "/root/.cargo/bin:/usr/local/bin:/usr/bin:/bin"),
+        ],
     );
     assert_eq!(out(&o), "built in vetto\n", "{}", err(&o));
     assert!(krate.join("target/debug/hello").exists());
