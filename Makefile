@@ -1,6 +1,7 @@
 # vetto — build, test, benchmark. Two commands matter on a fresh machine:
 #   make demo   builds vetto and sandboxes a real command with the default policy
 #   make test   runs the whole test suite (what CI runs)
+SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 RELEASE_BIN := target/release/vetto
@@ -21,7 +22,8 @@ install: release
 # Unit tests, then the end-to-end tests (they run the real binary, as root and as an
 # unprivileged user).
 test: build
-	$(CARGO) test --workspace --no-fail-fast
+	set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee target/test.log
+	@awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log
 
 lint:
 	$(CARGO) fmt --all --check

@@ -1,0 +1,1 @@
+//! vetto network broker (in progress).
