@@ -148,9 +148,9 @@ fn cgroup_layout() -> (String, Probe) {
     let detail = format!(
         "layout {layout}; {}",
         if delegated {
-            "a writable subtree is available: cgroup limits"
+            "a delegated subtree exists, but vetto creates no cgroup: limits are rlimits"
         } else {
-            "no delegated subtree for this user: limits fall back to rlimits"
+            "vetto creates no cgroup (none is needed): limits are rlimits"
         }
     );
     (

@@ -521,3 +521,15 @@ fn cargo_build_offline_in_the_sandbox() {
     assert_eq!(out(&o), "built in vetto\n", "{}", err(&o));
     assert!(krate.join("target/debug/hello").exists());
 }
+
+both!(stale_sessions_are_swept_on_the_next_start, |f| {
+    assert!(f.run_sh(&[], "true").status.success());
+    // A session whose supervisor died (pid 1 never was one; start time 0 cannot match).
+    let stale = f.root.join("run/vetto/sessions/vetto-999999-deadbeef0000");
+    std::fs::create_dir_all(stale.join("bundle/rootfs")).expect("mk");
+    std::fs::write(stale.join("supervisor"), "999999 1\n").expect("w");
+    f.own(&stale);
+    let o = f.run_sh(&[], "true");
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!stale.exists(), "stale session not swept");
+});
