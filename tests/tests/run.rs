@@ -533,3 +533,25 @@ both!(stale_sessions_are_swept_on_the_next_start, |f| {
     assert!(o.status.success(), "{}", err(&o));
     assert!(!stale.exists(), "stale session not swept");
 });
+
+both!(project_inside_home_is_visible_and_home_stays_private, |f| {
+    let app = f.home.join("code/app");
+    std::fs::create_dir_all(&app).expect("mk");
+    std::fs::write(app.join(".env"), "TOKEN=dummy\n").expect("w");
+    std::fs::write(f.home.join("notes.txt"), "private host file\n").expect("w");
+    f.own(&f.home);
+    let p = app.display().to_string();
+    let script = "echo hi > made.txt && cat made.txt; wc -c < .env; cat ~/notes.txt 2>/dev/null || echo no-notes; \
+                  mkdir -p ~/.cache/x && rm -r ~/.cache/x && echo cache-ok; rm made.txt 2>/dev/null || echo rm-denied";
+    let o = f.run_sh(
+        &["--project", &p, "--project-access", "write-no-delete"],
+        &format!("cd '{p}' && {{ {script}; }}"),
+    );
+    assert_eq!(
+        out(&o),
+        "hi\n0\nno-notes\ncache-ok\nrm-denied\n",
+        "{}",
+        err(&o)
+    );
+    assert!(app.join("made.txt").exists());
+});
