@@ -16,7 +16,7 @@
 //!    pass only inside an explicit `allow_cidrs` range, and never in strict mode; strict mode
 //!    also refuses port 80.
 //! 4. **Only then resolve** the name, once, outside the sandbox ([`Resolver`]).
-//! 5. **Classify the whole answer set** ([`classify`]): if ANY address is loopback, private,
+//! 5. **Classify the whole answer set** ([`classify()`]): if ANY address is loopback, private,
 //!    link-local, shared, cloud metadata, multicast, reserved, documentation... (IPv4, IPv6,
 //!    and IPv4 embedded in mapped/compatible/NAT64/6to4/Teredo IPv6) and not inside an
 //!    allowed CIDR, the entire answer is refused ([`check_answer_set`]).

@@ -52,6 +52,13 @@ pub enum TargetError {
         /// The offending character.
         ch: char,
     },
+    /// An invisible (Unicode Default_Ignorable) character such as U+200B or U+00AD, which
+    /// UTS-46 would silently delete: refused so what is shown is what is checked.
+    #[error("invisible character {ch:?} in destination")]
+    InvisibleChar {
+        /// The offending character.
+        ch: char,
+    },
     /// A `%` anywhere: percent-encoding is never decoded, so it is refused.
     #[error("percent-encoding ('%') is not allowed in a destination")]
     PercentEncoding,
@@ -307,6 +314,9 @@ fn precheck(s: &str) -> Result<(), TargetError> {
     if let Some(ch) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
         return Err(TargetError::WhitespaceOrControl { ch });
     }
+    if let Some(ch) = s.chars().find(|&c| is_default_ignorable(c)) {
+        return Err(TargetError::InvisibleChar { ch });
+    }
     if s.contains('%') {
         return Err(TargetError::PercentEncoding);
     }
@@ -314,6 +324,31 @@ fn precheck(s: &str) -> Result<(), TargetError> {
         return Err(TargetError::Userinfo);
     }
     Ok(())
+}
+
+/// Unicode `Default_Ignorable_Code_Point` (DerivedCoreProperties.txt): invisible characters
+/// such as soft hyphen, zero-width space/joiners, bidi controls and variation selectors.
+fn is_default_ignorable(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFF8}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
 }
 
 /// Split `host[:port]` / `[v6][:port]` without interpreting either part.
@@ -812,6 +847,15 @@ mod tests {
             Target::parse_connect_authority("a.com :443"),
             Err(TargetError::WhitespaceOrControl { ch: ' ' })
         );
+        for ch in [
+            '\u{ad}', '\u{200b}', '\u{200d}', '\u{202e}', '\u{2060}', '\u{feff}', '\u{fe0f}',
+        ] {
+            assert_eq!(
+                parse_host(&format!("a{ch}b.com")),
+                Err(TargetError::InvisibleChar { ch }),
+                "{ch:?}"
+            );
+        }
         assert_eq!(parse_host("a%2ecom"), Err(TargetError::PercentEncoding));
         assert_eq!(
             Target::parse_connect_authority("a.com:%34%34%33"),
