@@ -35,6 +35,7 @@ c["mounts"].append({"destination": "/usr", "type": "bind", "source": "/usr", "op
 c["linux"].pop("resources", None)
 json.dump(c, open(p, "w"), indent=1)
 PY
+cp -a "$work/crun" "$work/crun-root"   # root's copy stays root-owned
 chown -R 65534:65534 "$work/crun"
 
 AS_NOBODY="setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all env -i HOME=$work/home PATH=/usr/bin:/bin XDG_RUNTIME_DIR=$work/run"
@@ -42,6 +43,7 @@ P="$work/proj"
 BWRAP="bwrap --ro-bind / / --tmpfs /tmp --bind $P $P --dev /dev --proc /proc --unshare-all --die-with-parent --chdir $P /bin/true"
 VRUN="$work/bin/vetto run --no-user-policy -- /bin/true"
 CRUN="crun --root $work/crun-state --cgroup-manager=disabled run --bundle $work/crun"
+CRUN_ROOT="crun --root $work/crun-state-root --cgroup-manager=disabled run --bundle $work/crun-root"
 
 # crun 1.8 refuses to run on this cgroup-v1 hybrid host while cgroup2 holds a controller;
 # it runs in a private mount namespace whose /sys/fs/cgroup is the (empty) unified hierarchy.
@@ -61,10 +63,10 @@ add() { # name command...: keep it only if it runs
 add "true" /bin/true
 add "bwrap root" $BWRAP
 add "vetto root" $VRUN
-add "crun root" $CRUN bench-root
+add "crun root" $CRUN_ROOT bench-root
 if [ "${#names[@]}" -gt 0 ] && [ "${names[-1]}" != "crun root" ]; then
   add "v2-view wrapper root" unshare -m sh -c "$V2VIEW && /bin/true"
-  add "crun root (v2 view)" unshare -m sh -c "$V2VIEW && exec $CRUN bench-root"
+  add "crun root (v2 view)" unshare -m sh -c "$V2VIEW && exec $CRUN_ROOT bench-root-v2"
 fi
 add "setpriv true" $AS_NOBODY /bin/true
 add "bwrap rootless" $AS_NOBODY $BWRAP
@@ -72,7 +74,7 @@ add "vetto rootless" $AS_NOBODY $VRUN
 add "crun rootless" $AS_NOBODY $CRUN bench-rl
 if [ "${names[-1]}" != "crun rootless" ]; then
   add "v2-view wrapper rootless" $AS_NOBODY unshare -Urm sh -c "$V2VIEW && /bin/true"
-  add "crun rootless (v2 view)" $AS_NOBODY unshare -Urm sh -c "$V2VIEW && exec $CRUN bench-rl"
+  add "crun rootless (v2 view)" $AS_NOBODY unshare -Urm sh -c "$V2VIEW && exec $CRUN bench-rl-v2"
 fi
 
 echo "== one hyperfine run ($RUNS runs each)"
@@ -91,7 +93,7 @@ for n in r:
     ratio = f'{ms(n) / base:.2f}' if n.split()[0] in ("vetto", "crun", "bwrap") else ""
     print(f'{n:<26}{ms(n):>10.2f}{r[n]["stddev"] * 1e3:>8.2f}{ratio:>22}')
 for mode in ("root", "rootless"):
-    crun = next((n for n in r if n.startswith(f"crun {mode}")), None)
+    crun = next((n for n in (f"crun {mode}", f"crun {mode} (v2 view)") if n in r), None)
     if f"vetto {mode}" in r and crun:
         print(f'vetto {mode} / {crun} = {ms(f"vetto {mode}") / ms(crun):.2f}')
 PY
