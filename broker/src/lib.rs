@@ -25,12 +25,25 @@
 //!    is impossible. [`plan_connection`] performs steps 3–6 and returns that address.
 //!
 //! This is CONNECT-level mediation only: no TLS interception, SNI filtering or content
-//! inspection. Nothing in this crate opens a socket; [`SystemResolver`] is the only piece that
-//! touches the host (via `getaddrinfo`), and no test uses it.
+//! inspection. The modules above are pure: nothing in them opens a socket, and
+//! [`SystemResolver`] is the only piece that touches the host (via `getaddrinfo`).
+//!
+//! The server ([`server`]) puts them to work: [`serve`] accepts on listeners bound by the
+//! supervisor inside the sandbox's network namespace (HTTP `CONNECT`, SOCKS5, or a fixed
+//! host loopback port), applies the steps above per connection (async, with its own DNS
+//! client in [`dns`] when a resolver address is configured), dials from the host and relays
+//! bytes, with a connection limit, a per-destination rate limit, an idle timeout, and one
+//! [`ConnEvent`] per connection. Its tests only ever use loopback addresses.
 
 pub mod allow;
 pub mod classify;
+pub mod dns;
+mod http_proxy;
 pub mod plan;
+mod ratelimit;
+mod relay;
+pub mod server;
+mod socks5;
 pub mod target;
 
 pub use allow::{
@@ -42,6 +55,9 @@ pub use classify::{
 };
 pub use ipnet::IpNet;
 pub use plan::{plan_connection, PlanError, Resolver, SystemResolver};
+pub use server::{
+    serve, serve_with_events, BrokerError, BrokerSpec, ConnEvent, EventDecision, ListenerKind,
+};
 pub use target::{
     parse_connect_request_line, parse_host, parse_inet_aton, parse_port, DnsName, Host, Target,
     TargetError,

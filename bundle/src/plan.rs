@@ -73,6 +73,58 @@ pub struct Identity {
     pub gid: u32,
 }
 
+/// What a listening socket created inside the sandbox is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum ListenerRole {
+    /// The HTTP CONNECT proxy.
+    HttpProxy,
+    /// The SOCKS5 proxy.
+    Socks5,
+    /// Relayed to this address on the host's loopback.
+    HostPort {
+        /// `127.0.0.1:5432`
+        target: String,
+    },
+}
+
+/// One loopback listener the init creates in the sandbox's network namespace and hands to
+/// the broker (which accepts on it directly: no copy through the supervisor).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listener {
+    /// Port on the sandbox's 127.0.0.1.
+    pub port: u16,
+    /// What it is for.
+    pub role: ListenerRole,
+}
+
+/// What the host-side broker enforces (plain data; the broker crate validates it again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerPlan {
+    /// Allowlist entries.
+    pub allow: Vec<String>,
+    /// CIDRs that may be dialled although non-public.
+    pub allow_cidrs: Vec<String>,
+    /// Strict mode: no IP literals, no port 80, never asks.
+    pub strict: bool,
+    /// DNS server to ask instead of the system resolver.
+    pub resolver: Option<String>,
+}
+
+/// The sandbox's network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetPlan {
+    /// Loopback listeners to create inside (empty: network off).
+    pub listeners: Vec<Listener>,
+    /// The broker, when any listener exists.
+    pub broker: Option<BrokerPlan>,
+}
+
+/// Port of the HTTP proxy inside the sandbox.
+pub const HTTP_PROXY_PORT: u16 = 3128;
+/// Port of the SOCKS5 proxy inside the sandbox.
+pub const SOCKS_PORT: u16 = 1080;
+
 /// What the in-container init does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
@@ -84,6 +136,8 @@ pub struct Plan {
     pub seccomp: SeccompPlan,
     /// Bring `lo` up.
     pub loopback_up: bool,
+    /// Listeners for the broker.
+    pub network: NetPlan,
     /// Identity switch.
     pub identity: Identity,
     /// Wall-clock limit in seconds (enforced by the supervisor).

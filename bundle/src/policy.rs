@@ -149,6 +149,8 @@ pub struct NetworkSection {
     pub publish: Option<Vec<u16>>,
     /// Address ranges (CIDR) that may be dialled although private or reserved.
     pub allow_cidrs: Option<Vec<String>>,
+    /// DNS server the broker asks (`"127.0.0.1:5353"`); default: the system resolver.
+    pub resolver: Option<String>,
 }
 
 /// `[environment]`

@@ -112,6 +112,8 @@ pub struct Policy {
     pub publish: Vec<Sourced<u16>>,
     /// Explicitly allowed CIDRs.
     pub allow_cidrs: Vec<Sourced<String>>,
+    /// DNS server for the broker (None: the system resolver).
+    pub resolver: Option<Sourced<String>>,
     /// Exact environment names passed through.
     pub pass_through: Vec<Sourced<String>>,
     /// Fixed environment values.
@@ -230,6 +232,7 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         host_ports: vec![],
         publish: vec![],
         allow_cidrs: vec![],
+        resolver: None,
         pass_through: vec![],
         env_set: BTreeMap::new(),
         limits: Limits {
@@ -298,6 +301,14 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
                 n.allow_cidrs.as_deref().unwrap_or(&[]),
                 src,
             );
+            if let Some(r) = &n.resolver {
+                let sa: std::net::SocketAddr = r.parse().map_err(|_| PolicyError::BadValue {
+                    key: "network.resolver".into(),
+                    value: r.clone(),
+                    reason: "expected ADDRESS:PORT of a DNS server".into(),
+                })?;
+                p.resolver = Some(Sourced::new(sa.to_string(), src));
+            }
         }
         if let Some(e) = &f.environment {
             let names = e.pass_through.as_deref().unwrap_or(&[]);
@@ -584,6 +595,9 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
         &before.allow_cidrs,
         &after.allow_cidrs,
     ));
+    if after.resolver.as_ref().map(|r| &r.value) != before.resolver.as_ref().map(|r| &r.value) {
+        w.push("changes network.resolver".into());
+    }
     w.extend(added(
         "environment.pass_through",
         &before.pass_through,

@@ -11,7 +11,10 @@ use serde_json::{json, Value};
 
 use crate::error::TranslateError;
 use crate::host::HostFacts;
-use crate::plan::{default_seccomp, FsAccess, Identity, LandlockPlan, LandlockRule, Plan};
+use crate::plan::{
+    default_seccomp, BrokerPlan, FsAccess, Identity, LandlockPlan, LandlockRule, Listener,
+    ListenerRole, NetPlan, Plan, HTTP_PROXY_PORT, SOCKS_PORT,
+};
 use crate::policy::{expand_path, NetworkMode, ProjectAccess};
 use crate::resolve::{Policy, Source, Sourced};
 use crate::secrets::{MaskKind, SecretMatch};
@@ -243,21 +246,22 @@ pub fn translate(
     secrets: &[SecretMatch],
     id: &str,
 ) -> Result<Translation, TranslateError> {
-    if policy.network.value != NetworkMode::Off {
+    if !policy.publish.is_empty() {
         return Err(TranslateError::Unsupported(format!(
-            "network.mode = \"{}\" (from {}): the broker has not landed; use \"off\"",
-            policy.network.value, policy.network.source
+            "network.publish (from {})",
+            policy.publish[0].source
         )));
     }
+    let net_on = policy.network.value != NetworkMode::Off;
     let builtin = Source::Builtin("layout".into());
     let ignored: Vec<&str> = [
         ("allow", policy.allow.is_empty()),
         ("host_ports", policy.host_ports.is_empty()),
-        ("publish", policy.publish.is_empty()),
         ("allow_cidrs", policy.allow_cidrs.is_empty()),
+        ("resolver", policy.resolver.is_none()),
     ]
     .iter()
-    .filter(|(_, empty)| !empty)
+    .filter(|(_, empty)| !empty && !net_on)
     .map(|(k, _)| *k)
     .collect();
     let mut b = Builder {
@@ -623,6 +627,66 @@ pub fn translate(
         env.insert(k.clone(), v.value.clone());
         b.note("env", k, format!("set to {}", v.value), &v.source);
     }
+    // Network: listeners the broker accepts on, and the proxy variables pointing at them.
+    let mut listeners = vec![];
+    if net_on {
+        listeners.push(Listener {
+            port: HTTP_PROXY_PORT,
+            role: ListenerRole::HttpProxy,
+        });
+        listeners.push(Listener {
+            port: SOCKS_PORT,
+            role: ListenerRole::Socks5,
+        });
+        let http = format!("http://127.0.0.1:{HTTP_PROXY_PORT}");
+        let socks = format!("socks5h://127.0.0.1:{SOCKS_PORT}");
+        let net_src = Source::Builtin("network broker".into());
+        for (k, v) in [
+            ("HTTP_PROXY", &http),
+            ("HTTPS_PROXY", &http),
+            ("ALL_PROXY", &socks),
+            ("http_proxy", &http),
+            ("https_proxy", &http),
+            ("all_proxy", &socks),
+            ("NO_PROXY", &"localhost,127.0.0.1".to_string()),
+            ("no_proxy", &"localhost,127.0.0.1".to_string()),
+        ] {
+            env.insert(k.into(), v.clone());
+            b.note("env", k, format!("set to {v}"), &net_src);
+        }
+    }
+    for hp in &policy.host_ports {
+        let port = hp
+            .value
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .ok_or_else(|| TranslateError::Path {
+                key: "network.host_ports".into(),
+                path: hp.value.clone(),
+                reason: "no port".into(),
+            })?;
+        if port == HTTP_PROXY_PORT || port == SOCKS_PORT {
+            return Err(TranslateError::Path {
+                key: "network.host_ports".into(),
+                path: hp.value.clone(),
+                reason: format!("ports {HTTP_PROXY_PORT} and {SOCKS_PORT} are the broker's own"),
+            });
+        }
+        if net_on {
+            listeners.push(Listener {
+                port,
+                role: ListenerRole::HostPort {
+                    target: hp.value.clone(),
+                },
+            });
+        }
+    }
+    let broker = net_on.then(|| BrokerPlan {
+        allow: policy.allow.iter().map(|a| a.value.clone()).collect(),
+        allow_cidrs: policy.allow_cidrs.iter().map(|a| a.value.clone()).collect(),
+        strict: policy.network.value == NetworkMode::Strict,
+        resolver: policy.resolver.as_ref().map(|r| r.value.clone()),
+    });
     let env_list: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
 
     // Limits.
@@ -706,12 +770,51 @@ pub fn translate(
     for ns in ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"] {
         b.note("namespace", ns, "new", &builtin);
     }
-    b.note(
-        "network",
-        "mode",
-        "off: private network namespace, only lo (up)",
-        &policy.network.source,
-    );
+    if net_on {
+        b.note(
+            "network",
+            "mode",
+            format!(
+                "{}: private network namespace with only lo; the host-side broker accepts on 127.0.0.1:{HTTP_PROXY_PORT} (HTTP CONNECT) and 127.0.0.1:{SOCKS_PORT} (SOCKS5)",
+                policy.network.value
+            ),
+            &policy.network.source,
+        );
+        for a in &policy.allow {
+            b.note("network", &a.value, "allowed destination", &a.source);
+        }
+        for c in &policy.allow_cidrs {
+            b.note(
+                "network",
+                &c.value,
+                "allowed address range (even if private)",
+                &c.source,
+            );
+        }
+        for h in &policy.host_ports {
+            b.note(
+                "network",
+                format!("localhost:{}", h.value.rsplit(':').next().unwrap_or("")),
+                format!("relayed to the host's {}", h.value),
+                &h.source,
+            );
+        }
+        if let Some(r) = &policy.resolver {
+            b.note(
+                "network",
+                "resolver",
+                format!("DNS asked at {} (outside the sandbox)", r.value),
+                &r.source,
+            );
+        }
+    } else {
+        b.note(
+            "network",
+            "mode",
+            "off: private network namespace, only lo (up)",
+            &policy.network.source,
+        );
+    }
     for k in ignored {
         b.note(
             "network",
@@ -795,6 +898,7 @@ pub fn translate(
         },
         seccomp,
         loopback_up: true,
+        network: NetPlan { listeners, broker },
         identity: Identity {
             uid: facts.uid,
             gid: facts.gid,

@@ -230,26 +230,67 @@ fn golden_ci() {
 }
 
 #[test]
-fn network_allowlist_is_refused_until_the_broker_lands() {
+fn network_allowlist_makes_listeners_and_proxy_env() {
+    let f = facts();
+    let base = Layer {
+        file: profiles::load("default").expect("p"),
+        source: Source::Builtin("p".into()),
+    };
+    let text = "[network]\nmode = \"allowlist\"\nallow = [\"crates.io\"]\nhost_ports = [5432]\nresolver = \"127.0.0.1:5353\"\n";
+    let l = Layer {
+        file: PolicyFile::parse(text, "t").expect("parse"),
+        source: Source::Flag("t".into()),
+    };
+    let policy = merge("default", &[base, l]).expect("merge");
+    let t = translate(&policy, &f, &[], "x").expect("translate");
+    let ports: Vec<u16> = t.plan.network.listeners.iter().map(|l| l.port).collect();
+    assert_eq!(ports, vec![3128, 1080, 5432]);
+    let b = t.plan.network.broker.expect("broker");
+    assert_eq!(b.allow, vec!["crates.io".to_string()]);
+    assert_eq!(b.resolver.as_deref(), Some("127.0.0.1:5353"));
+    let env = t
+        .spec
+        .process()
+        .as_ref()
+        .and_then(|p| p.env().clone())
+        .unwrap_or_default();
+    for v in [
+        "HTTPS_PROXY=http://127.0.0.1:3128",
+        "https_proxy=http://127.0.0.1:3128",
+        "ALL_PROXY=socks5h://127.0.0.1:1080",
+        "NO_PROXY=localhost,127.0.0.1",
+    ] {
+        assert!(env.iter().any(|e| e == v), "{v} missing: {env:?}");
+    }
+    // Off: no listeners, no proxy variables.
+    let base = Layer {
+        file: profiles::load("default").expect("p"),
+        source: Source::Builtin("p".into()),
+    };
+    let t = translate(&merge("default", &[base]).expect("m"), &f, &[], "x").expect("t");
+    assert!(t.plan.network.listeners.is_empty() && t.plan.network.broker.is_none());
+    let env = t
+        .spec
+        .process()
+        .as_ref()
+        .and_then(|p| p.env().clone())
+        .unwrap_or_default();
+    assert!(!env.iter().any(|e| e.contains("PROXY")), "{env:?}");
+}
+
+#[test]
+fn publish_is_refused_until_it_lands() {
     let f = facts();
     let base = Layer {
         file: profiles::load("default").expect("p"),
         source: Source::Builtin("p".into()),
     };
     let l = Layer {
-        file: PolicyFile::parse(
-            "[network]\nmode = \"allowlist\"\nallow = [\"crates.io\"]\n",
-            "t",
-        )
-        .expect("parse"),
+        file: PolicyFile::parse("[network]\npublish = [3000]\n", "t").expect("parse"),
         source: Source::Flag("t".into()),
     };
-    let policy = merge("default", &[base, l]).expect("merge");
-    let e = translate(&policy, &f, &[], "x").expect_err("refused");
-    assert!(
-        e.to_string().contains("network.mode = \"allowlist\""),
-        "{e}"
-    );
+    let e =
+        translate(&merge("default", &[base, l]).expect("m"), &f, &[], "x").expect_err("refused");
     assert!(e.to_string().ends_with("is not supported yet"), "{e}");
 }
 

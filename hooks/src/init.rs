@@ -14,7 +14,7 @@ use std::os::fd::RawFd;
 
 use vetto_bundle::plan::Plan;
 
-use crate::{identity, landlock, netlo, process, seccomp};
+use crate::{identity, landlock, listen, netlo, process, seccomp};
 
 /// A control that could not be established: the command does not run.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +42,12 @@ pub enum InitError {
         /// Why.
         source: std::io::Error,
     },
+    /// The broker's listeners could not be created or handed over.
+    #[error("network: {0}")]
+    Listen(#[from] listen::ListenError),
+    /// The plan asks for listeners but there is no channel to hand them over.
+    #[error("network: no channel to hand the listening sockets to the broker")]
+    NoListenerChannel,
     /// The supervisor is gone: nothing must run unsupervised.
     #[error("the vetto supervisor exited during setup")]
     SupervisorGone,
@@ -67,6 +73,8 @@ pub struct InitConfig {
     pub supervisor_pidfd: Option<RawFd>,
     /// Where a setup or exec error is written for the supervisor to report.
     pub error_fd: Option<RawFd>,
+    /// Where the broker's listening sockets are sent.
+    pub listener_fd: Option<RawFd>,
 }
 
 /// Arm PDEATHSIG(SIGKILL) and make sure the supervisor is still alive (a pidfd polls readable
@@ -120,6 +128,10 @@ pub fn run(plan: &Plan, cfg: &InitConfig) -> Result<Infallible, InitError> {
     let filter = seccomp::compile(&plan.seccomp)?;
     if plan.loopback_up {
         netlo::loopback_up()?;
+    }
+    if !plan.network.listeners.is_empty() {
+        let sock = cfg.listener_fd.ok_or(InitError::NoListenerChannel)?;
+        listen::open_and_send(&plan.network.listeners, sock)?;
     }
     identity::switch_to(plan.identity.uid, plan.identity.gid)?;
     process::set_no_new_privs().map_err(|e| InitError::Caps(e.to_string()))?;

@@ -12,6 +12,7 @@
 pub mod identity;
 pub mod init;
 pub mod landlock;
+pub mod listen;
 pub mod netlo;
 pub mod process;
 pub mod seccomp;

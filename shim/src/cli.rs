@@ -43,6 +43,9 @@ pub enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+    /// Internal: the network broker sidecar (started by `vetto run`).
+    #[command(hide = true, name = "__broker")]
+    Broker,
     /// Write man pages into a directory.
     #[command(hide = true)]
     Man {
@@ -107,6 +110,10 @@ pub struct PolicyArgs {
     /// Wall-clock limit for the session, e.g. 30m.
     #[arg(long, value_name = "DURATION")]
     pub wall_clock: Option<String>,
+    /// Network: `off`, `allow:HOST[,HOST...]` or `strict:HOST[,HOST...]` (hosts as in
+    /// `network.allow`: `crates.io`, `*.npmjs.org`, `github.com:22`).
+    #[arg(long, value_name = "MODE[:HOSTS]")]
+    pub net: Option<String>,
     /// Ignore the user policy file.
     #[arg(long)]
     pub no_user_policy: bool,

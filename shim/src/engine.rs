@@ -43,6 +43,8 @@ pub struct VettoExecutor {
     pub supervisor_pidfd: Option<RawFd>,
     /// Write end of the error pipe.
     pub error_fd: Option<RawFd>,
+    /// The init's end of the socket the broker's listeners are sent over.
+    pub listener_fd: Option<RawFd>,
 }
 
 impl Executor for VettoExecutor {
@@ -62,6 +64,7 @@ impl Executor for VettoExecutor {
             tty: self.tty,
             supervisor_pidfd: self.supervisor_pidfd,
             error_fd: self.error_fd,
+            listener_fd: self.listener_fd,
         };
         match init::run(&self.plan, &cfg) {
             Ok(never) => match never {},

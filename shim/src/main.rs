@@ -1,5 +1,6 @@
 //! The `vetto` binary: the command line edge, where errors get their context.
 
+mod broker_cmd;
 mod cli;
 mod doctor;
 mod engine;
@@ -7,6 +8,7 @@ mod policy_cmd;
 mod pty;
 mod run;
 mod session;
+mod sidecar;
 mod userns;
 
 use std::process::ExitCode;
@@ -71,6 +73,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(1));
             }
         }
+        Command::Broker => broker_cmd::run()?,
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "vetto", &mut std::io::stdout());
         }

@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use vetto_bundle::host::HostFacts;
-use vetto_bundle::policy::{EnvironmentSection, FilesystemSection, LimitsSection, PolicyFile};
+use vetto_bundle::policy::{
+    EnvironmentSection, FilesystemSection, LimitsSection, NetworkMode, NetworkSection, PolicyFile,
+};
 use vetto_bundle::resolve::{self, Inputs, Layer, Policy, Source, TrustContext};
 use vetto_bundle::secrets;
 use vetto_bundle::translate::{translate, Translation};
@@ -85,6 +87,37 @@ pub fn flag_layers(a: &PolicyArgs) -> Result<Vec<Layer>> {
             "--pass-env",
             PolicyFile {
                 environment: Some(env),
+                ..Default::default()
+            },
+        ));
+    }
+    if let Some(n) = &a.net {
+        let (mode, hosts) = n.split_once(':').unwrap_or((n.as_str(), ""));
+        let mode = match mode {
+            "off" => NetworkMode::Off,
+            "allow" | "allowlist" => NetworkMode::Allowlist,
+            "strict" => NetworkMode::Strict,
+            other => {
+                anyhow::bail!("--net: unknown mode `{other}` (off, allow:HOSTS, strict:HOSTS)")
+            }
+        };
+        let allow: Vec<String> = hosts
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(str::to_string)
+            .collect();
+        if mode == NetworkMode::Off && !allow.is_empty() {
+            anyhow::bail!("--net off takes no hosts");
+        }
+        let net = NetworkSection {
+            mode: Some(mode),
+            allow: Some(allow),
+            ..Default::default()
+        };
+        layers.push(flag_layer(
+            "--net",
+            PolicyFile {
+                network: Some(net),
                 ..Default::default()
             },
         ));

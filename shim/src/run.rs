@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::cli::RunArgs;
 use crate::engine::{self, VettoExecutor};
-use crate::{policy_cmd, pty, session, userns};
+use crate::{policy_cmd, pty, session, sidecar, userns};
 
 /// Exit status when vetto itself could not set the sandbox up (as Docker and Podman do).
 pub const EXIT_SETUP: u8 = 125;
@@ -235,6 +235,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         false => None,
     };
     let (err_r, err_w) = pipe()?;
+    let net = &t.plan.network;
+    let listen_chan = match net.listeners.is_empty() {
+        true => None,
+        false => Some(sidecar::channel()?),
+    };
     // SAFETY: pidfd_open on our own pid; returns a new descriptor or -1.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as RawFd;
     let pidfd = (pidfd >= 0).then(|| {
@@ -247,6 +252,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         tty,
         supervisor_pidfd: pidfd.as_ref().map(|p| p.as_raw_fd()),
         error_fd: Some(err_w.as_raw_fd()),
+        listener_fd: listen_chan
+            .as_ref()
+            .map(|(_, init_end)| init_end.as_raw_fd()),
     };
     let cwd = std::env::current_dir()?;
     arm_setup_watchdog();
@@ -260,6 +268,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // libcontainer chdirs while it works; come back before anything relative is used.
     let _ = std::env::set_current_dir(&cwd);
     drop(err_w);
+    let listen_sock = listen_chan.map(|(sup, _init_end)| sup);
     let mut container = match created {
         Ok(c) => c,
         Err(e) => {
@@ -291,6 +300,24 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     };
     let _ = std::env::set_current_dir(&cwd);
+    let broker = match (&listen_sock, &net.broker) {
+        (Some(sock), Some(plan)) => {
+            let started = sidecar::receive(sock, net.listeners.len(), Duration::from_secs(10))
+                .and_then(|fds| sidecar::spawn(plan, &net.listeners, fds));
+            match started {
+                Ok(child) => Some(child),
+                Err(e) => {
+                    // SAFETY: killing the init we created; its namespace dies with it.
+                    unsafe { libc::kill(init_pid, libc::SIGKILL) };
+                    let mut st = 0;
+                    // SAFETY: reaping our child.
+                    unsafe { libc::waitpid(init_pid, &mut st, 0) };
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
+    };
     // SAFETY: alarm(0) cancels the watchdog.
     unsafe { libc::alarm(0) };
     ph.mark("container");
@@ -311,6 +338,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // libcontainer's state lives in the session directory, removed below with it, so its
     // delete() (a cgroup manager round trip, ~2 ms) has nothing left to do.
     drop(container);
+    if let Some(b) = broker {
+        sidecar::stop(b);
+    }
     ph.mark("session");
     drop(sess);
 

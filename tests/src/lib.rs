@@ -302,3 +302,153 @@ macro_rules! both {
         }
     };
 }
+
+/// A stub DNS server on 127.0.0.1 for tests: answers A/AAAA queries from a map that the
+/// test can change at any time, and records every name it was asked about.
+pub struct StubDns {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    /// name → addresses.
+    pub records:
+        std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<std::net::IpAddr>>>>,
+    /// Every queried name, in order.
+    pub queries: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl StubDns {
+    /// Start the server thread.
+    pub fn start() -> Self {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind dns");
+        let addr = sock.local_addr().expect("addr");
+        let records = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let queries = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+        let (r, q) = (records.clone(), queries.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = sock.recv_from(&mut buf) {
+                if let Some(resp) = dns_answer(&buf[..n], &r, &q) {
+                    let _ = sock.send_to(&resp, from);
+                }
+            }
+        });
+        StubDns {
+            addr,
+            records,
+            queries,
+        }
+    }
+
+    /// Point `name` at `addrs`.
+    pub fn set(&self, name: &str, addrs: &[&str]) {
+        let v = addrs.iter().map(|a| a.parse().expect("ip")).collect();
+        self.records
+            .lock()
+            .expect("lock")
+            .insert(name.to_string(), v);
+    }
+
+    /// Names asked so far.
+    pub fn asked(&self) -> Vec<String> {
+        self.queries.lock().expect("lock").clone()
+    }
+}
+
+type Records = std::sync::Mutex<std::collections::HashMap<String, Vec<std::net::IpAddr>>>;
+
+fn dns_answer(q: &[u8], records: &Records, log: &std::sync::Mutex<Vec<String>>) -> Option<Vec<u8>> {
+    if q.len() < 12 {
+        return None;
+    }
+    let mut i = 12;
+    let mut labels = vec![];
+    loop {
+        let len = *q.get(i)? as usize;
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_ascii_lowercase());
+        i += len;
+    }
+    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
+    let question_end = i + 4;
+    let name = labels.join(".");
+    log.lock().ok()?.push(name.clone());
+    let addrs: Vec<std::net::IpAddr> = records.lock().ok()?.get(&name).cloned().unwrap_or_default();
+    let answers: Vec<std::net::IpAddr> = addrs
+        .into_iter()
+        .filter(|a| {
+            matches!(
+                (a, qtype),
+                (std::net::IpAddr::V4(_), 1) | (std::net::IpAddr::V6(_), 28)
+            )
+        })
+        .collect();
+    let mut r = q.get(..question_end)?.to_vec();
+    r[2] = 0x81; // response, recursion desired
+    r[3] = 0x80; // recursion available, NOERROR
+    r[6..8].copy_from_slice(&(answers.len() as u16).to_be_bytes());
+    r[8..12].copy_from_slice(&[0, 0, 0, 0]);
+    for a in answers {
+        r.extend_from_slice(&[0xc0, 12]); // pointer to the question name
+        r.extend_from_slice(&qtype.to_be_bytes());
+        r.extend_from_slice(&[0, 1, 0, 0, 0, 5]); // class IN, ttl 5
+        match a {
+            std::net::IpAddr::V4(v) => {
+                r.extend_from_slice(&4u16.to_be_bytes());
+                r.extend_from_slice(&v.octets());
+            }
+            std::net::IpAddr::V6(v) => {
+                r.extend_from_slice(&16u16.to_be_bytes());
+                r.extend_from_slice(&v.octets());
+            }
+        }
+    }
+    Some(r)
+}
+
+/// A tiny HTTP server: answers every request with `hello` and counts connections.
+pub fn http_server(
+    bind: &str,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind(bind).expect("bind http");
+    let addr = l.local_addr().expect("addr");
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            );
+        }
+    });
+    (addr, hits)
+}
+
+/// A line echo server.
+pub fn echo_server(bind: &str) -> std::net::SocketAddr {
+    use std::io::{BufRead, Write};
+    let l = std::net::TcpListener::bind(bind).expect("bind echo");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut w = c.try_clone().expect("clone");
+                let mut line = String::new();
+                let mut r = std::io::BufReader::new(c);
+                while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                    let _ = w.write_all(line.as_bytes());
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}

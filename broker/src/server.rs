@@ -1,0 +1,913 @@
+//! The broker server: accepts on listeners that someone else bound inside the sandbox's
+//! network namespace, and for each connection decides, resolves, checks and dials from the
+//! broker's own namespace, then relays bytes.
+//!
+//! Three listener kinds ([`ListenerKind`]):
+//!
+//! * `HttpProxy`: HTTP/1.1 `CONNECT host:port` only (anything else gets `405`).
+//! * `Socks5`: RFC 1928, "no authentication", `CONNECT` only.
+//! * `HostPort(addr)`: every connection is relayed to one host loopback address.
+//!
+//! For the two proxy kinds the order is fixed: strict parse → [`Policy::decide`] →
+//! per-destination rate limit → resolve (names only, once; IP literals are never resolved)
+//! → whole answer-set check → dial exactly one `SocketAddr` → relay. A refusal is answered
+//! in the client's protocol (HTTP status + `X-Vetto-Deny`, or a SOCKS reply code) and
+//! every connection, whatever happened, produces exactly one [`ConnEvent`] when it ends.
+//!
+//! Nothing here binds a listener or changes any route: if the broker dies, the sandbox
+//! simply loses the relays (fail closed). A failure in one connection never reaches the
+//! accept loops; [`serve`] returns (with an error) only if a listener cannot be used.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::{timeout, Instant};
+
+use crate::allow::{AllowError, Decision, DenyReason, Policy};
+use crate::classify::{AddrClass, AnswerError};
+use crate::ratelimit::RateLimiter;
+use crate::relay::{relay, RelayEnd, RelayStats};
+use crate::target::{DnsName, Target, TargetError};
+use crate::{dns, http_proxy, socks5};
+
+/// Default for [`BrokerSpec::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Default for [`BrokerSpec::idle_timeout_secs`].
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 300;
+/// Default for [`BrokerSpec::connects_per_dest_per_minute`].
+pub const DEFAULT_CONNECTS_PER_DEST_PER_MINUTE: u32 = 120;
+/// Upper bound for [`BrokerSpec::max_connections`].
+pub const MAX_MAX_CONNECTIONS: usize = 65_536;
+/// Upper bound for [`BrokerSpec::idle_timeout_secs`] (7 days).
+pub const MAX_IDLE_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
+
+/// Longest HTTP request head accepted.
+pub const HTTP_HEAD_LIMIT: usize = 8 * 1024;
+/// Time allowed for the HTTP request head or the SOCKS5 handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for the outgoing TCP connect.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for a system (getaddrinfo) resolution.
+pub const SYSTEM_RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time an over-limit connection is given to send its request before it gets its refusal.
+pub(crate) const REJECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many over-limit connections are answered at once; beyond that they are just closed.
+const MAX_REJECTING: usize = 64;
+
+/// What the supervisor sends (as JSON) to configure the broker. Every string is validated
+/// by [`serve`]; unknown fields are an error, missing ones take their defaults.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BrokerSpec {
+    /// Allowlist entries: `crates.io`, `*.npmjs.org`, `host:22` (no port = 443 only).
+    pub allow: Vec<String>,
+    /// CIDRs (`10.0.0.0/8`, `10.1.2.3/32:22`) admitting IP literals and non-public answers.
+    pub allow_cidrs: Vec<String>,
+    /// Strict mode: no IP literals, no port 80.
+    pub strict: bool,
+    /// `ip:port` of a DNS server to query over UDP instead of the system resolver.
+    pub resolver: Option<String>,
+    /// Concurrent connections across all listeners (1..=65536).
+    pub max_connections: usize,
+    /// A relayed connection with no traffic in either direction for this long is closed
+    /// (1..=604800).
+    pub idle_timeout_secs: u64,
+    /// Connection attempts per minute to one `host:port` after the allowlist said yes
+    /// (token bucket, burst = this value; at least 1).
+    pub connects_per_dest_per_minute: u32,
+}
+
+impl Default for BrokerSpec {
+    fn default() -> Self {
+        BrokerSpec {
+            allow: Vec::new(),
+            allow_cidrs: Vec::new(),
+            strict: false,
+            resolver: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
+            connects_per_dest_per_minute: DEFAULT_CONNECTS_PER_DEST_PER_MINUTE,
+        }
+    }
+}
+
+/// What a listener speaks.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListenerKind {
+    /// HTTP `CONNECT` proxy.
+    HttpProxy,
+    /// SOCKS5 proxy (no authentication, `CONNECT` only).
+    Socks5,
+    /// Forward every connection to this host loopback address.
+    HostPort(SocketAddr),
+}
+
+impl fmt::Display for ListenerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenerKind::HttpProxy => f.write_str("http-proxy"),
+            ListenerKind::Socks5 => f.write_str("socks5"),
+            ListenerKind::HostPort(t) => write!(f, "host-port({t})"),
+        }
+    }
+}
+
+/// The broad outcome of a connection.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum EventDecision {
+    /// Relayed (the `reason` says how the relay ended).
+    Allow,
+    /// Refused: policy, answer set, limits, or a protocol violation.
+    Deny,
+    /// Allowed, but resolution or the connect failed (or the task was cancelled).
+    Error,
+}
+
+impl EventDecision {
+    /// `allow`, `deny` or `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventDecision::Allow => "allow",
+            EventDecision::Deny => "deny",
+            EventDecision::Error => "error",
+        }
+    }
+}
+
+/// The accounting record of one connection, emitted once when it ends.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ConnEvent {
+    /// The listener that accepted it.
+    pub listener: ListenerKind,
+    /// The client's address (inside the sandbox).
+    pub client: SocketAddr,
+    /// The destination as requested, normalised (`name:port`, `ip:port`); for a
+    /// destination that failed to parse, the raw text, escaped and cut at 256 characters.
+    /// `None` if the client never got as far as naming one.
+    pub target: Option<String>,
+    /// Allow / deny / error.
+    pub decision: EventDecision,
+    /// Short machine-readable reason: for `allow` how the relay ended (`closed`,
+    /// `idle-timeout`, `relay-error`), otherwise why it was refused or failed
+    /// (`not-allowlisted`, `non-public-answer`, `rate-limited`, ...). For HTTP this is
+    /// also the start of the `X-Vetto-Deny` header.
+    pub reason: String,
+    /// Human-readable explanation, if any.
+    pub detail: Option<String>,
+    /// The one address dialled, if it got that far.
+    pub dialled: Option<SocketAddr>,
+    /// Bytes client → upstream.
+    pub bytes_up: u64,
+    /// Bytes upstream → client.
+    pub bytes_down: u64,
+    /// From accept to close.
+    pub duration_ms: u64,
+}
+
+/// Why [`serve`] could not start or stopped.
+#[derive(Debug, Error)]
+pub enum BrokerError {
+    /// An allowlist or CIDR entry is invalid.
+    #[error("invalid broker spec: {0}")]
+    Policy(#[from] AllowError),
+    /// Another spec field is invalid.
+    #[error("invalid broker spec: {0}")]
+    Spec(String),
+    /// `serve` was given no listeners.
+    #[error("no listeners to serve")]
+    NoListeners,
+    /// A `HostPort` target is not a loopback address.
+    #[error("listener {index}: host-port target {target} is not a loopback address")]
+    HostPortNotLoopback {
+        /// Position in the listener list.
+        index: usize,
+        /// The refused target.
+        target: SocketAddr,
+    },
+    /// A listener could not be made non-blocking or registered with the runtime.
+    #[error("listener {index} ({kind}) cannot be used: {source}")]
+    Listener {
+        /// Position in the listener list.
+        index: usize,
+        /// Its kind.
+        kind: ListenerKind,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// `accept` failed with a non-transient error; the broker stops.
+    #[error("listener {kind} on {local}: accept failed: {source}")]
+    Accept {
+        /// Its kind.
+        kind: ListenerKind,
+        /// Its local address, as text.
+        local: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// An accept loop ended unexpectedly (panic or cancellation).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// How names are resolved.
+#[derive(Debug, Clone, Copy)]
+enum ResolverCfg {
+    /// `getaddrinfo(3)` via tokio's blocking pool.
+    System,
+    /// Our own stub client against this server.
+    Udp(SocketAddr),
+}
+
+impl ResolverCfg {
+    async fn resolve(self, name: &DnsName, port: u16) -> io::Result<Vec<IpAddr>> {
+        match self {
+            ResolverCfg::Udp(server) => dns::resolve_udp(server, name).await,
+            ResolverCfg::System => {
+                // A DnsName is never numeric, so getaddrinfo cannot take it as an address.
+                let lookup = tokio::net::lookup_host((name.as_str(), port));
+                match timeout(SYSTEM_RESOLVE_TIMEOUT, lookup).await {
+                    Ok(addrs) => Ok(addrs?.map(|sa| sa.ip()).collect()),
+                    Err(_) => Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "system resolver timed out",
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// State shared by every accept loop and connection.
+pub(crate) struct Shared {
+    policy: Policy,
+    resolver: ResolverCfg,
+    max_connections: usize,
+    conns: Arc<Semaphore>,
+    rejecting: Arc<Semaphore>,
+    rate: RateLimiter,
+    pub(crate) idle: Duration,
+    events: UnboundedSender<ConnEvent>,
+}
+
+fn parse_resolver(s: &str) -> Result<SocketAddr, BrokerError> {
+    let sa: SocketAddr = s.parse().map_err(|_| {
+        BrokerError::Spec(format!(
+            "resolver {s:?} is not an 'ip:port' socket address ('[v6]:port' for IPv6)"
+        ))
+    })?;
+    let ip = sa.ip();
+    if sa.port() == 0 || ip.is_unspecified() || ip.is_multicast() || ip == IpAddr::from([255; 4]) {
+        return Err(BrokerError::Spec(format!(
+            "resolver {s:?} is not a usable unicast address and port"
+        )));
+    }
+    Ok(sa)
+}
+
+impl Shared {
+    fn new(spec: &BrokerSpec, events: UnboundedSender<ConnEvent>) -> Result<Self, BrokerError> {
+        let policy = Policy::parse(&spec.allow, &spec.allow_cidrs, spec.strict)?;
+        let resolver = match &spec.resolver {
+            None => ResolverCfg::System,
+            Some(s) => ResolverCfg::Udp(parse_resolver(s)?),
+        };
+        if !(1..=MAX_MAX_CONNECTIONS).contains(&spec.max_connections) {
+            return Err(BrokerError::Spec(format!(
+                "max_connections must be 1..={MAX_MAX_CONNECTIONS}, got {}",
+                spec.max_connections
+            )));
+        }
+        if !(1..=MAX_IDLE_TIMEOUT_SECS).contains(&spec.idle_timeout_secs) {
+            return Err(BrokerError::Spec(format!(
+                "idle_timeout_secs must be 1..={MAX_IDLE_TIMEOUT_SECS}, got {}",
+                spec.idle_timeout_secs
+            )));
+        }
+        if spec.connects_per_dest_per_minute == 0 {
+            return Err(BrokerError::Spec(
+                "connects_per_dest_per_minute must be at least 1 (use a large value to \
+                 effectively disable the limit)"
+                    .into(),
+            ));
+        }
+        Ok(Shared {
+            policy,
+            resolver,
+            max_connections: spec.max_connections,
+            conns: Arc::new(Semaphore::new(spec.max_connections)),
+            rejecting: Arc::new(Semaphore::new(MAX_REJECTING)),
+            rate: RateLimiter::new(spec.connects_per_dest_per_minute),
+            idle: Duration::from_secs(spec.idle_timeout_secs),
+            events,
+        })
+    }
+}
+
+/// Run the broker on already-bound, listening sockets until a listener fails.
+///
+/// Each connection is logged with one `tracing::info!` event when it ends. Returns only on
+/// error: an invalid spec, a non-loopback `HostPort` target, a listener that cannot be
+/// converted, or a non-transient `accept` error (then every connection still open is
+/// dropped, since they belong to this future; the same happens if the future is dropped).
+pub async fn serve(
+    spec: BrokerSpec,
+    listeners: Vec<(ListenerKind, std::net::TcpListener)>,
+) -> Result<(), BrokerError> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    drop(rx);
+    serve_with_events(spec, listeners, tx).await
+}
+
+/// [`serve`], also sending every [`ConnEvent`] to `events` (send errors are ignored).
+pub async fn serve_with_events(
+    spec: BrokerSpec,
+    listeners: Vec<(ListenerKind, std::net::TcpListener)>,
+    events: UnboundedSender<ConnEvent>,
+) -> Result<(), BrokerError> {
+    let shared = Arc::new(Shared::new(&spec, events)?);
+    if listeners.is_empty() {
+        return Err(BrokerError::NoListeners);
+    }
+    for (index, (kind, _)) in listeners.iter().enumerate() {
+        if let ListenerKind::HostPort(target) = *kind {
+            if !target.ip().is_loopback() || target.port() == 0 {
+                return Err(BrokerError::HostPortNotLoopback { index, target });
+            }
+        }
+    }
+    let mut converted = Vec::with_capacity(listeners.len());
+    for (index, (kind, std_listener)) in listeners.into_iter().enumerate() {
+        let listener = std_listener
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(std_listener))
+            .map_err(|source| BrokerError::Listener {
+                index,
+                kind,
+                source,
+            })?;
+        converted.push((kind, listener));
+    }
+    let mut loops = JoinSet::new();
+    for (kind, listener) in converted {
+        tracing::info!(
+            listener = %kind,
+            local = %listener.local_addr().map_or_else(|_| "?".to_string(), |a| a.to_string()),
+            "vetto broker listening"
+        );
+        loops.spawn(accept_loop(Arc::clone(&shared), kind, listener));
+    }
+    let err = match loops.join_next().await {
+        Some(Ok(err)) => err,
+        Some(Err(join_err)) => BrokerError::Internal(format!("accept loop ended: {join_err}")),
+        None => BrokerError::NoListeners,
+    };
+    tracing::error!(error = %err, "vetto broker stopping");
+    loops.abort_all();
+    Err(err)
+}
+
+/// Accept errors that concern one connection or a momentary shortage, not the listener.
+fn accept_error_is_transient(e: &io::Error) -> bool {
+    use io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted | WouldBlock
+    ) || matches!(
+        e.raw_os_error(),
+        // EMFILE, ENFILE, ENOBUFS, ENOMEM, EPROTO, EPERM (netfilter), ETIMEDOUT
+        Some(24 | 23 | 105 | 12 | 71 | 1 | 110)
+    )
+}
+
+async fn accept_loop(
+    shared: Arc<Shared>,
+    kind: ListenerKind,
+    listener: TcpListener,
+) -> BrokerError {
+    let local = listener
+        .local_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
+    let mut conns = JoinSet::new();
+    loop {
+        while let Some(done) = conns.try_join_next() {
+            if let Err(e) = done {
+                if e.is_panic() {
+                    tracing::error!(listener = %kind, "a connection task panicked: {e}");
+                }
+            }
+        }
+        let (stream, client) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) if accept_error_is_transient(&e) => {
+                tracing::warn!(listener = %kind, %local, "accept: {e} (continuing)");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(source) => {
+                return BrokerError::Accept {
+                    kind,
+                    local,
+                    source,
+                }
+            }
+        };
+        match Arc::clone(&shared.conns).try_acquire_owned() {
+            Ok(permit) => {
+                conns.spawn(handle(Arc::clone(&shared), kind, stream, client, permit));
+            }
+            Err(_) => {
+                let mut rec = Record::new(&shared, kind, client);
+                let refusal = Refusal::too_many(shared.max_connections);
+                match Arc::clone(&shared.rejecting).try_acquire_owned() {
+                    Ok(permit) => {
+                        conns.spawn(reject(kind, stream, rec, refusal, permit));
+                    }
+                    Err(_) => {
+                        rec.refuse(&refusal);
+                        drop(stream);
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    kind: ListenerKind,
+    stream: TcpStream,
+    client: SocketAddr,
+    permit: OwnedSemaphorePermit,
+) {
+    let mut rec = Record::new(&shared, kind, client);
+    let _ = stream.set_nodelay(true);
+    match kind {
+        ListenerKind::HttpProxy => http_proxy::handle(&shared, stream, &mut rec).await,
+        ListenerKind::Socks5 => socks5::handle(&shared, stream, &mut rec).await,
+        ListenerKind::HostPort(target) => host_port(&shared, stream, target, &mut rec).await,
+    }
+    // Free the slot before the event goes out, so whoever sees the event can connect again.
+    drop(permit);
+    drop(rec);
+}
+
+/// Answer an over-limit connection in its own protocol, then close it.
+async fn reject(
+    kind: ListenerKind,
+    stream: TcpStream,
+    mut rec: Record,
+    refusal: Refusal,
+    _permit: OwnedSemaphorePermit,
+) {
+    match kind {
+        ListenerKind::HttpProxy => http_proxy::reject(stream, &mut rec, &refusal).await,
+        ListenerKind::Socks5 => socks5::reject(stream, &mut rec, &refusal).await,
+        ListenerKind::HostPort(target) => {
+            rec.target = Some(target.to_string());
+            drop(stream);
+        }
+    }
+    rec.refuse(&refusal);
+}
+
+async fn host_port(shared: &Shared, client: TcpStream, target: SocketAddr, rec: &mut Record) {
+    rec.target = Some(target.to_string());
+    rec.dialled = Some(target);
+    match connect(target).await {
+        Ok(upstream) => {
+            let stats = relay(client, upstream, &[], shared.idle).await;
+            rec.relayed(stats);
+        }
+        Err(refusal) => rec.refuse(&refusal),
+    }
+}
+
+/// Connect to exactly `addr`, with [`CONNECT_TIMEOUT`].
+async fn connect(addr: SocketAddr) -> Result<TcpStream, Refusal> {
+    match timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok(stream)
+        }
+        Ok(Err(e)) => Err(Refusal::connect_failed(addr, &e)),
+        Err(_) => Err(Refusal::connect_timeout(addr)),
+    }
+}
+
+/// Policy → rate limit → resolve once → whole answer-set check → connect to one address.
+/// Records the dialled address in `rec`.
+pub(crate) async fn decide_and_dial(
+    shared: &Shared,
+    target: &Target,
+    rec: &mut Record,
+) -> Result<TcpStream, Refusal> {
+    if let Decision::Deny(reason) = shared.policy.decide(target) {
+        return Err(Refusal::denied(target, &reason));
+    }
+    if !shared.rate.try_acquire(&target.to_string()) {
+        return Err(Refusal::rate_limited(target));
+    }
+    let addrs = match target {
+        Target::Ip { addr, .. } => vec![*addr],
+        Target::Name { name, port } => shared
+            .resolver
+            .resolve(name, *port)
+            .await
+            .map_err(|e| Refusal::resolve_failed(target, &e))?,
+    };
+    let ip = shared
+        .policy
+        .check_answer(&addrs)
+        .map_err(|e| Refusal::answer(target, &e))?;
+    let addr = SocketAddr::new(ip, target.port());
+    rec.dialled = Some(addr);
+    connect(addr).await
+}
+
+/// A refusal or failure, with its rendering in both protocols.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    pub(crate) decision: EventDecision,
+    /// Short reason code.
+    pub(crate) code: &'static str,
+    /// `X-Vetto-Deny` value: the code, optionally with a short ASCII qualifier.
+    pub(crate) header: String,
+    pub(crate) status: u16,
+    pub(crate) socks: u8,
+    /// One sentence for the body and the event.
+    pub(crate) detail: String,
+}
+
+pub(crate) mod socks_rep {
+    pub const SUCCEEDED: u8 = 0x00;
+    pub const GENERAL_FAILURE: u8 = 0x01;
+    pub const NOT_ALLOWED: u8 = 0x02;
+    pub const NETWORK_UNREACHABLE: u8 = 0x03;
+    pub const HOST_UNREACHABLE: u8 = 0x04;
+    pub const CONNECTION_REFUSED: u8 = 0x05;
+    pub const COMMAND_NOT_SUPPORTED: u8 = 0x07;
+    pub const ADDRESS_TYPE_NOT_SUPPORTED: u8 = 0x08;
+}
+
+impl Refusal {
+    pub(crate) fn new(
+        decision: EventDecision,
+        code: &'static str,
+        status: u16,
+        socks: u8,
+        detail: String,
+    ) -> Self {
+        Refusal {
+            decision,
+            code,
+            header: code.to_string(),
+            status,
+            socks,
+            detail,
+        }
+    }
+
+    fn deny(code: &'static str, status: u16, socks: u8, detail: String) -> Self {
+        Self::new(EventDecision::Deny, code, status, socks, detail)
+    }
+
+    fn fail(code: &'static str, status: u16, socks: u8, detail: String) -> Self {
+        Self::new(EventDecision::Error, code, status, socks, detail)
+    }
+
+    pub(crate) fn invalid_destination(e: &TargetError) -> Self {
+        Self::deny(
+            "invalid-destination",
+            403,
+            socks_rep::NOT_ALLOWED,
+            format!("invalid destination: {e}"),
+        )
+    }
+
+    fn denied(target: &Target, reason: &DenyReason) -> Self {
+        let code = match reason {
+            DenyReason::StrictPort80 => "strict-port-80",
+            DenyReason::StrictIpLiteral { .. } => "strict-ip-literal",
+            DenyReason::IpLiteralNotAllowed { .. } => "ip-literal-not-allowed",
+            DenyReason::NotAllowlisted { .. } => "not-allowlisted",
+            DenyReason::PortNotAllowed { .. } => "port-not-allowed",
+        };
+        Self::deny(
+            code,
+            403,
+            socks_rep::NOT_ALLOWED,
+            format!("{target} refused: {reason}"),
+        )
+    }
+
+    fn rate_limited(target: &Target) -> Self {
+        Self::deny(
+            "rate-limited",
+            429,
+            socks_rep::NOT_ALLOWED,
+            format!("{target} refused: too many connections to this destination per minute"),
+        )
+    }
+
+    fn too_many(max: usize) -> Self {
+        Self::deny(
+            "too-many-connections",
+            503,
+            socks_rep::GENERAL_FAILURE,
+            format!("too many concurrent connections through the broker (max {max})"),
+        )
+    }
+
+    fn resolve_failed(target: &Target, e: &io::Error) -> Self {
+        Self::fail(
+            "resolve-failed",
+            502,
+            socks_rep::HOST_UNREACHABLE,
+            format!("{target}: resolving the name failed: {e}"),
+        )
+    }
+
+    fn answer(target: &Target, e: &AnswerError) -> Self {
+        match e {
+            AnswerError::Empty => Self::fail(
+                "empty-answer",
+                502,
+                socks_rep::HOST_UNREACHABLE,
+                format!("{target}: the name resolved to no addresses"),
+            ),
+            AnswerError::Rejected { addr, class } => {
+                let mut r = Self::deny(
+                    "non-public-answer",
+                    403,
+                    socks_rep::NOT_ALLOWED,
+                    format!(
+                        "{target} refused: it resolved to {addr}, which is {class}; an answer \
+                         set with any non-public address not covered by allow_cidrs is \
+                         refused whole"
+                    ),
+                );
+                r.header = format!("non-public-answer: {}", class_label(*class));
+                r
+            }
+        }
+    }
+
+    fn connect_failed(addr: SocketAddr, e: &io::Error) -> Self {
+        let (code, socks) = match e.kind() {
+            io::ErrorKind::ConnectionRefused => ("connect-refused", socks_rep::CONNECTION_REFUSED),
+            io::ErrorKind::NetworkUnreachable => ("connect-failed", socks_rep::NETWORK_UNREACHABLE),
+            io::ErrorKind::HostUnreachable => ("connect-failed", socks_rep::HOST_UNREACHABLE),
+            _ => ("connect-failed", socks_rep::GENERAL_FAILURE),
+        };
+        Self::fail(
+            code,
+            502,
+            socks,
+            format!("connecting to {addr} failed: {e}"),
+        )
+    }
+
+    fn connect_timeout(addr: SocketAddr) -> Self {
+        Self::fail(
+            "connect-timeout",
+            502,
+            socks_rep::HOST_UNREACHABLE,
+            format!(
+                "connecting to {addr} timed out after {}s",
+                CONNECT_TIMEOUT.as_secs()
+            ),
+        )
+    }
+}
+
+/// Short ASCII label of a non-public class for `X-Vetto-Deny`: the root class, plus the
+/// embedding if there is one (`loopback via IPv4-mapped IPv6 (::ffff:0:0/96)`).
+fn class_label(class: AddrClass) -> String {
+    match class {
+        AddrClass::Embedded { via, .. } => format!("{} via {}", class.root().name(), via.name()),
+        other => other.name().to_string(),
+    }
+}
+
+/// Escape and cut client-supplied text before it goes into an event or a log line.
+pub(crate) fn sanitize(s: &str) -> String {
+    let mut out: String = s.chars().take(256).flat_map(char::escape_default).collect();
+    if s.chars().nth(256).is_some() {
+        out.push_str("...");
+    }
+    out
+}
+
+/// The accounting record of a connection under way. Emitted exactly once, when dropped,
+/// so a connection cancelled mid-way is still accounted for (as `error`/`aborted`).
+pub(crate) struct Record {
+    events: UnboundedSender<ConnEvent>,
+    listener: ListenerKind,
+    client: SocketAddr,
+    start: Instant,
+    pub(crate) target: Option<String>,
+    decision: EventDecision,
+    reason: String,
+    detail: Option<String>,
+    pub(crate) dialled: Option<SocketAddr>,
+    bytes_up: u64,
+    bytes_down: u64,
+}
+
+impl Record {
+    fn new(shared: &Shared, listener: ListenerKind, client: SocketAddr) -> Self {
+        Record {
+            events: shared.events.clone(),
+            listener,
+            client,
+            start: Instant::now(),
+            target: None,
+            decision: EventDecision::Error,
+            reason: "aborted".into(),
+            detail: None,
+            dialled: None,
+            bytes_up: 0,
+            bytes_down: 0,
+        }
+    }
+
+    pub(crate) fn refuse(&mut self, r: &Refusal) {
+        self.decision = r.decision;
+        self.reason = r.code.to_string();
+        self.detail = Some(r.detail.clone());
+    }
+
+    /// A refusal for a protocol violation or a client that went away.
+    pub(crate) fn deny(&mut self, reason: &str, detail: impl Into<String>) {
+        self.decision = EventDecision::Deny;
+        self.reason = reason.to_string();
+        self.detail = Some(detail.into());
+    }
+
+    pub(crate) fn relayed(&mut self, stats: RelayStats) {
+        self.decision = EventDecision::Allow;
+        self.bytes_up = stats.up;
+        self.bytes_down = stats.down;
+        let (reason, detail) = match stats.end {
+            RelayEnd::Closed => ("closed", None),
+            RelayEnd::IdleTimeout => ("idle-timeout", None),
+            RelayEnd::Error(e) => ("relay-error", Some(e.to_string())),
+        };
+        self.reason = reason.into();
+        self.detail = detail;
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        let ev = ConnEvent {
+            listener: self.listener,
+            client: self.client,
+            target: self.target.take(),
+            decision: self.decision,
+            reason: std::mem::take(&mut self.reason),
+            detail: self.detail.take(),
+            dialled: self.dialled,
+            bytes_up: self.bytes_up,
+            bytes_down: self.bytes_down,
+            duration_ms: u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        tracing::info!(
+            listener = %ev.listener,
+            client = %ev.client,
+            requested = ev.target.as_deref().unwrap_or("-"),
+            decision = ev.decision.as_str(),
+            reason = %ev.reason,
+            detail = ev.detail.as_deref().unwrap_or(""),
+            dialled = %ev.dialled.map_or_else(|| "-".to_string(), |a| a.to_string()),
+            bytes_up = ev.bytes_up,
+            bytes_down = ev.bytes_down,
+            duration_ms = ev.duration_ms,
+            "vetto broker connection"
+        );
+        let _ = self.events.send(ev);
+    }
+}
+
+/// Close a connection after a refusal: send FIN, then discard what the client still sends
+/// for a moment (bounded), so the refusal is not lost to a reset.
+pub(crate) async fn close_after_refusal(mut stream: TcpStream) {
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut buf = [0u8; 4096];
+        let mut total = 0usize;
+        while total < 64 * 1024 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = timeout(Duration::from_millis(500), drain).await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests: a panic is the failure report.
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_json_defaults_and_unknown_fields() {
+        let spec: BrokerSpec = serde_json::from_str(r#"{"allow":["crates.io"]}"#).unwrap();
+        assert_eq!(spec.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(spec.idle_timeout_secs, DEFAULT_IDLE_TIMEOUT_SECS);
+        assert_eq!(
+            spec.connects_per_dest_per_minute,
+            DEFAULT_CONNECTS_PER_DEST_PER_MINUTE
+        );
+        assert!(serde_json::from_str::<BrokerSpec>(r#"{"alow":["crates.io"]}"#).is_err());
+        let kind: ListenerKind = serde_json::from_str(r#"{"host-port":"127.0.0.1:5432"}"#).unwrap();
+        assert_eq!(
+            kind,
+            ListenerKind::HostPort("127.0.0.1:5432".parse().unwrap())
+        );
+        assert_eq!(
+            serde_json::to_string(&ListenerKind::HttpProxy).unwrap(),
+            r#""http-proxy""#
+        );
+    }
+
+    #[test]
+    fn spec_validation() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let ok = BrokerSpec::default();
+        assert!(Shared::new(&ok, tx.clone()).is_ok());
+        for bad in [
+            BrokerSpec {
+                allow: vec!["*.com".into()],
+                ..ok.clone()
+            },
+            BrokerSpec {
+                allow_cidrs: vec!["10.0.0.1/8".into()],
+                ..ok.clone()
+            },
+            BrokerSpec {
+                resolver: Some("localhost:53".into()),
+                ..ok.clone()
+            },
+            BrokerSpec {
+                resolver: Some("0.0.0.0:53".into()),
+                ..ok.clone()
+            },
+            BrokerSpec {
+                resolver: Some("127.0.0.1:0".into()),
+                ..ok.clone()
+            },
+            BrokerSpec {
+                max_connections: 0,
+                ..ok.clone()
+            },
+            BrokerSpec {
+                idle_timeout_secs: 0,
+                ..ok.clone()
+            },
+            BrokerSpec {
+                idle_timeout_secs: u64::MAX,
+                ..ok.clone()
+            },
+            BrokerSpec {
+                connects_per_dest_per_minute: 0,
+                ..ok.clone()
+            },
+        ] {
+            assert!(Shared::new(&bad, tx.clone()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn class_labels() {
+        assert_eq!(
+            class_label(crate::classify("::ffff:127.0.0.1".parse().unwrap())),
+            "loopback via IPv4-mapped IPv6 (::ffff:0:0/96)"
+        );
+        assert_eq!(
+            class_label(crate::classify("169.254.169.254".parse().unwrap())),
+            "cloud metadata endpoint"
+        );
+    }
+
+    #[test]
+    fn sanitize_escapes_and_cuts() {
+        assert_eq!(sanitize("a\r\nb"), "a\\r\\nb");
+        assert_eq!(sanitize(&"x".repeat(300)).len(), 259);
+    }
+}

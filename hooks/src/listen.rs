@@ -1,0 +1,48 @@
+//! The broker's listening sockets, created inside the sandbox's network namespace and handed
+//! out over a unix socket (SCM_RIGHTS): the host-side broker accepts sandbox connections on
+//! them directly, so no byte is copied through the supervisor, and the sandbox keeps no route
+//! to anything but its own loopback.
+
+use std::io::IoSlice;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::fd::{AsRawFd, RawFd};
+
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
+use vetto_bundle::plan::Listener;
+
+/// Errors creating or handing over the listeners.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// bind/listen failed.
+    #[error("cannot listen on 127.0.0.1:{port} inside the sandbox: {source}")]
+    Bind {
+        /// The port.
+        port: u16,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Handing the sockets to the supervisor failed.
+    #[error("cannot hand the listening sockets to the broker: {0}")]
+    Send(nix::Error),
+}
+
+/// Bind every listener on the sandbox's 127.0.0.1 and send them, in plan order, over `sock`.
+/// The init keeps no copy.
+pub fn open_and_send(listeners: &[Listener], sock: RawFd) -> Result<(), ListenError> {
+    let mut open = vec![];
+    for l in listeners {
+        let t = TcpListener::bind((Ipv4Addr::LOCALHOST, l.port)).map_err(|source| {
+            ListenError::Bind {
+                port: l.port,
+                source,
+            }
+        })?;
+        open.push(t);
+    }
+    let fds: Vec<RawFd> = open.iter().map(|t| t.as_raw_fd()).collect();
+    let payload = b"vetto-listeners";
+    let iov = [IoSlice::new(payload)];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    sendmsg::<UnixAddr>(sock, &iov, &cmsg, MsgFlags::empty(), None).map_err(ListenError::Send)?;
+    Ok(())
+}

@@ -1,0 +1,50 @@
+//! `vetto __broker`: the sidecar's entry point (started by `sidecar::spawn`, never by hand).
+//! It takes the spec from the environment and the listening sockets as fds 3…, and serves
+//! until the supervisor kills it.
+
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::FromRawFd;
+
+use anyhow::{bail, Context, Result};
+use vetto_broker::server::{serve, BrokerSpec, ListenerKind};
+
+use crate::sidecar::{ROLES_ENV, SPEC_ENV};
+
+fn fd_is_socket(fd: i32) -> bool {
+    // SAFETY: fstat fills a zeroed struct we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::fstat(fd, &mut st) } == 0) && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+}
+
+/// Run the broker.
+pub fn run() -> Result<()> {
+    let spec: BrokerSpec =
+        serde_json::from_str(&std::env::var(SPEC_ENV).context("broker: no spec")?)
+            .context("broker: bad spec")?;
+    let roles = std::env::var(ROLES_ENV).context("broker: no listener roles")?;
+    let mut listeners = vec![];
+    for (i, role) in roles.split_whitespace().enumerate() {
+        let fd = 3 + i as i32;
+        if !fd_is_socket(fd) {
+            bail!("broker: fd {fd} is not the listening socket for {role}");
+        }
+        let kind = match role {
+            "http" => ListenerKind::HttpProxy,
+            "socks5" => ListenerKind::Socks5,
+            r => match r.strip_prefix("host:").map(str::parse::<SocketAddr>) {
+                Some(Ok(a)) => ListenerKind::HostPort(a),
+                _ => bail!("broker: unknown listener role {r}"),
+            },
+        };
+        // SAFETY: fd 3+i was placed by the supervisor for us alone and is a socket (checked).
+        let l = unsafe { TcpListener::from_raw_fd(fd) };
+        listeners.push((kind, l));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("broker: tokio runtime")?;
+    rt.block_on(serve(spec, listeners)).context("broker")?;
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! The network broker as a sidecar process: the supervisor receives the listening sockets the
+//! sandbox's init created on its loopback, and starts `vetto __broker` with them as fds 3…
+//! The broker is async (tokio) and so never lives in the single-threaded supervisor that
+//! drives libcontainer. It dies with the supervisor (PDEATHSIG); if it crashes, the sockets
+//! close and the sandbox's network is gone: it fails closed.
+
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+use vetto_bundle::plan::{BrokerPlan, Listener, ListenerRole};
+
+/// The environment variable carrying the broker's spec (JSON).
+pub const SPEC_ENV: &str = "VETTO_BROKER_SPEC";
+/// The environment variable naming each inherited listener's role, in fd order from 3.
+pub const ROLES_ENV: &str = "VETTO_BROKER_ROLES";
+
+/// A `SOCK_SEQPACKET` pair: (supervisor end, init end).
+pub fn channel() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two descriptors into our array.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        bail!("network: socketpair: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Receive the listeners the init sent, in plan order.
+pub fn receive(sock: &OwnedFd, want: usize, timeout: Duration) -> Result<Vec<OwnedFd>> {
+    let mut p = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as libc::c_int) };
+    if n != 1 {
+        bail!("network: the sandbox did not hand over its listening sockets");
+    }
+    let mut buf = [0u8; 64];
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let mut cmsg = nix::cmsg_space!([RawFd; 16]);
+    let msg = recvmsg::<UnixAddr>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(|e| anyhow::anyhow!("network: receiving the listening sockets: {e}"))?;
+    let mut out = vec![];
+    for c in msg.cmsgs().map_err(|e| anyhow::anyhow!("network: {e}"))? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for fd in fds {
+                // SAFETY: SCM_RIGHTS gave us fresh descriptors nothing else owns.
+                out.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    if out.len() != want {
+        bail!(
+            "network: expected {want} listening sockets from the sandbox, got {}",
+            out.len()
+        );
+    }
+    Ok(out)
+}
+
+fn role_name(r: &ListenerRole) -> String {
+    match r {
+        ListenerRole::HttpProxy => "http".into(),
+        ListenerRole::Socks5 => "socks5".into(),
+        ListenerRole::HostPort { target } => format!("host:{target}"),
+    }
+}
+
+/// Start `vetto __broker` with the listeners as fds 3, 4, …
+pub fn spawn(plan: &BrokerPlan, listeners: &[Listener], fds: Vec<OwnedFd>) -> Result<Child> {
+    let spec = serde_json::json!({
+        "allow": plan.allow,
+        "allow_cidrs": plan.allow_cidrs,
+        "strict": plan.strict,
+        "resolver": plan.resolver,
+        "max_connections": 256,
+        "idle_timeout_secs": 300,
+        "connects_per_dest_per_minute": 120,
+    });
+    let roles: Vec<String> = listeners.iter().map(|l| role_name(&l.role)).collect();
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let exe =
+        std::env::current_exe().context("network: locating the vetto binary for the broker")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("__broker")
+        .env(SPEC_ENV, spec.to_string())
+        .env(ROLES_ENV, roles.join(" "))
+        .stdin(Stdio::null());
+    // SAFETY: between fork and exec only async-signal-safe calls: dup2, fcntl, prctl.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Move the listeners to 3.. (first out of the way, then into place).
+            let mut tmp = vec![];
+            for fd in &raw {
+                let t = libc::fcntl(*fd, libc::F_DUPFD, 100);
+                if t < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                tmp.push(t);
+            }
+            for (i, t) in tmp.iter().enumerate() {
+                if libc::dup2(*t, 3 + i as i32) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("network: starting the broker")?;
+    drop(fds);
+    Ok(child)
+}
+
+/// End the broker with the session.
+pub fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}

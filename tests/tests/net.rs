@@ -1,0 +1,101 @@
+//! The network broker end to end: real clients inside the sandbox (curl through HTTPS_PROXY
+//! and socks5h, bash /dev/tcp through host_ports), a stub DNS server and test servers on the
+//! host's loopback (127.0.0.2 is allowed only through an explicit test `allow_cidrs`). Nothing
+//! here sends traffic anywhere but loopback.
+
+use std::sync::atomic::Ordering;
+
+use vetto_integration::{both, echo_server, err, http_server, out, Fixture, StubDns};
+
+fn policy(f: &Fixture, body: &str) -> String {
+    let p = f.root.join("outside/net.toml");
+    std::fs::write(&p, body).expect("w");
+    f.own(&p);
+    p.display().to_string()
+}
+
+both!(allowlisted_name_through_http_and_socks_proxies, |f| {
+    let dns = StubDns::start();
+    let (srv, hits) = http_server("127.0.0.2:0");
+    let port = srv.port();
+    dns.set("api.test.vetto", &["127.0.0.2"]);
+    let p = policy(
+        f,
+        &format!(
+            "[network]\nmode = \"allowlist\"\nallow = [\"api.test.vetto:{port}\"]\nallow_cidrs = [\"127.0.0.2/32\"]\nresolver = \"{}\"\n",
+            dns.addr
+        ),
+    );
+    let script = format!(
+        "curl -sS -p http://api.test.vetto:{port}/; echo; \
+         curl -sS --socks5-hostname 127.0.0.1:1080 http://API.Test.Vetto.:{port}/; echo; \
+         curl -sS -p -o /dev/null -w '%{{http_connect}}\\n' http://other.test.vetto:{port}/ 2>/dev/null; \
+         (exec 3<>/dev/tcp/127.0.0.2/{port}) 2>/dev/null && echo BYPASS || echo no-bypass"
+    );
+    let o = f.run_sh(&["--policy", &p], &script);
+    assert_eq!(out(&o), "hello\nhello\n403\nno-bypass\n", "{}", err(&o));
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        2,
+        "exactly the two allowed requests reached the server"
+    );
+    let asked = dns.asked();
+    assert!(
+        asked.iter().all(|n| n == "api.test.vetto"),
+        "a denied name was resolved: {asked:?}"
+    );
+    assert!(!asked.is_empty());
+});
+
+both!(rebinding_to_private_answers_is_refused, |f| {
+    let dns = StubDns::start();
+    let (srv, hits) = http_server("127.0.0.2:0");
+    let port = srv.port();
+    let p = policy(
+        f,
+        &format!(
+            "[network]\nmode = \"allowlist\"\nallow = [\"api.test.vetto:{port}\"]\nallow_cidrs = [\"127.0.0.2/32\"]\nresolver = \"{}\"\n",
+            dns.addr
+        ),
+    );
+    let probe = format!("curl -sS -p -o /dev/null -w '%{{http_connect}}' http://api.test.vetto:{port}/ 2>/dev/null; echo");
+    for answer in [
+        &["127.0.0.1"][..],
+        &["169.254.169.254"],
+        &["::ffff:127.0.0.1"],
+        &["127.0.0.2", "127.0.0.1"],
+    ] {
+        dns.set("api.test.vetto", answer);
+        let o = f.run_sh(&["--policy", &p], &probe);
+        assert_eq!(out(&o), "403\n", "answer {answer:?}: {}", err(&o));
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "a refused answer reached the server"
+    );
+});
+
+both!(host_ports_reach_the_host_loopback, |f| {
+    let echo = echo_server("127.0.0.1:0");
+    let p = policy(
+        f,
+        &format!(
+            "[network]\nmode = \"allowlist\"\nhost_ports = [{}]\n",
+            echo.port()
+        ),
+    );
+    let script = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{}; echo ping-through >&3; read -r line <&3; echo \"$line\"",
+        echo.port()
+    );
+    let o = f.run_argv(&["--policy", &p], &["/bin/bash", "-c", &script]);
+    assert_eq!(out(&o), "ping-through\n", "{}", err(&o));
+});
+
+both!(network_off_sets_no_proxy_and_reaches_nothing, |f| {
+    let (srv, hits) = http_server("127.0.0.1:0");
+    let o = f.run_sh(&[], &format!("echo \"proxy=${{HTTPS_PROXY:-none}}\"; curl -sS -m 5 http://127.0.0.1:{}/ 2>/dev/null || echo unreachable", srv.port()));
+    assert_eq!(out(&o), "proxy=none\nunreachable\n", "{}", err(&o));
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+});
