@@ -100,7 +100,9 @@ pub fn harden(plan: &Plan) -> Result<Report, HooksError> {
 mod tests {
     use std::path::PathBuf;
 
-    use vetto_bundle::plan::{default_seccomp, FsAccess, Identity, LandlockPlan, LandlockRule};
+    use vetto_bundle::plan::{
+        default_seccomp, FsAccess, Identity, LandlockPlan, LandlockRule, NetPlan,
+    };
 
     use super::*;
     use crate::testutil::{enter_user_and_net_ns, expect_errno, in_child, TempDir};
@@ -115,6 +117,10 @@ mod tests {
             },
             seccomp: default_seccomp(),
             loopback_up,
+            network: NetPlan {
+                listeners: vec![],
+                broker: None,
+            },
             identity: Identity { uid: 0, gid: 0 },
             wall_clock_secs: None,
         }
