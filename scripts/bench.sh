@@ -4,6 +4,7 @@
 # Needs: hyperfine bubblewrap crun time (scripts/deps.sh). Run as root (rootless variants use
 # setpriv to become nobody).
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
 VETTO=$(realpath "${1:-target/release/vetto}")
 RUNS=${BENCH_RUNS:-60}
 for t in hyperfine bwrap crun setpriv /usr/bin/time python3; do
@@ -103,3 +104,37 @@ echo "== vetto supervisor peak RSS (/usr/bin/time -v, target <= 8 MiB)"
 $AS_NOBODY /usr/bin/time -v $VRUN 2>&1 >/dev/null | awk -F: '/Maximum resident/ {printf "rootless: %d KiB\n", $2}'
 echo "== vetto phase timings (-v, rootless, one run)"
 $AS_NOBODY NO_COLOR=1 RUST_LOG=vetto=info $VRUN 2>&1 >/dev/null | grep -oE 'phase="?[a-z]+"? ms="?[0-9.]+"?' || true
+
+echo
+echo "== network broker: one transfer, sequential connections, idle connections (root, loopback only)"
+NPORT=$((20000 + RANDOM % 20000))
+cp "$HERE/bench_net.py" "$P/bench_net.py"
+chmod 644 "$P/bench_net.py"
+printf '[network]\nmode = "allowlist"\nallow_cidrs = ["127.0.0.2/32:%s"]\nconnects_per_minute = 100000\nmax_connections = 2048\n' "$NPORT" > "$work/net.toml"
+python3 "$P/bench_net.py" server 127.0.0.2 "$NPORT" > "$work/srv.out" 2>&1 &
+SRV=$!
+for _ in $(seq 50); do grep -q ready "$work/srv.out" && break; sleep 0.1; done
+BYTES=$((1 << 30))
+NET="$work/bin/vetto run --no-user-policy --policy $work/net.toml --"
+direct_bulk=$(python3 "$P/bench_net.py" bulk direct 127.0.0.2 "$NPORT" "$BYTES")
+broker_bulk=$($NET python3 bench_net.py bulk 127.0.0.1:3128 127.0.0.2 "$NPORT" "$BYTES")
+read -r d50 d90 < <(python3 "$P/bench_net.py" conns direct 127.0.0.2 "$NPORT" 1000)
+read -r b50 b90 < <($NET python3 bench_net.py conns 127.0.0.1:3128 127.0.0.2 "$NPORT" 1000)
+python3 - "$direct_bulk" "$broker_bulk" "$d50" "$b50" "$d90" "$b90" <<'PY'
+import sys
+db, bb, d50, b50, d90, b90 = map(float, sys.argv[1:])
+print(f"1 GiB transfer: direct {db:.0f} MB/s, through the broker {bb:.0f} MB/s = {bb / db:.2f}x direct (target >= 0.8)")
+print(f"1000 sequential connections, connect+first byte: direct p50 {d50:.3f} ms, broker p50 {b50:.3f} ms,"
+      f" added p50 {b50 - d50:.3f} ms (target <= 1 ms); p90 {d90:.3f} / {b90:.3f} ms")
+PY
+$NET python3 bench_net.py idle 127.0.0.1:3128 127.0.0.2 "$NPORT" 1000 4 > "$work/idle.out" 2>&1 &
+IDLE=$!
+for _ in $(seq 100); do grep -q holding "$work/idle.out" && break; sleep 0.1; done
+bpid=$(pgrep -f "vetto __broker" | head -1 || true)
+if [ -n "$bpid" ]; then
+  echo "1000 idle connections held ($(cat "$work/idle.out")): broker $(grep -E 'VmRSS' /proc/"$bpid"/status | tr -s ' \t' ' ') (target <= 30 MiB)"
+else
+  echo "idle connections: broker not found ($(cat "$work/idle.out"))"
+fi
+wait "$IDLE" || true
+kill "$SRV" 2>/dev/null || true

@@ -193,8 +193,8 @@ pub(crate) async fn handle(shared: &Shared, mut stream: TcpStream, rec: &mut Rec
             return close_after_refusal(stream).await;
         }
     };
-    let bound = upstream.local_addr().ok();
-    if let Err(e) = stream.write_all(&reply(socks_rep::SUCCEEDED, bound)).await {
+    // The upstream socket's local address is the host's own: the sandbox is not told it.
+    if let Err(e) = stream.write_all(&reply(socks_rep::SUCCEEDED, None)).await {
         return rec.deny("client-error", format!("writing the SOCKS5 reply: {e}"));
     }
     let stats = relay(stream, upstream, &[], shared.idle).await;

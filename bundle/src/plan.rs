@@ -109,6 +109,10 @@ pub struct BrokerPlan {
     pub strict: bool,
     /// DNS server to ask instead of the system resolver.
     pub resolver: Option<String>,
+    /// New connections per destination per minute.
+    pub connects_per_minute: u32,
+    /// Concurrent connections.
+    pub max_connections: u32,
 }
 
 /// The sandbox's network.

@@ -151,6 +151,10 @@ pub struct NetworkSection {
     pub allow_cidrs: Option<Vec<String>>,
     /// DNS server the broker asks (`"127.0.0.1:5353"`); default: the system resolver.
     pub resolver: Option<String>,
+    /// New connections per destination (host:port) per minute (default 120).
+    pub connects_per_minute: Option<u32>,
+    /// Concurrent connections through the broker (default 1024).
+    pub max_connections: Option<u32>,
 }
 
 /// `[environment]`

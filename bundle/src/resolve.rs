@@ -114,6 +114,10 @@ pub struct Policy {
     pub allow_cidrs: Vec<Sourced<String>>,
     /// DNS server for the broker (None: the system resolver).
     pub resolver: Option<Sourced<String>>,
+    /// Broker rate limit per destination per minute.
+    pub connects_per_minute: Sourced<u32>,
+    /// Broker concurrency limit.
+    pub max_connections: Sourced<u32>,
     /// Exact environment names passed through.
     pub pass_through: Vec<Sourced<String>>,
     /// Fixed environment values.
@@ -233,6 +237,8 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         publish: vec![],
         allow_cidrs: vec![],
         resolver: None,
+        connects_per_minute: Sourced::new(120, &builtin),
+        max_connections: Sourced::new(1024, &builtin),
         pass_through: vec![],
         env_set: BTreeMap::new(),
         limits: Limits {
@@ -301,6 +307,29 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
                 n.allow_cidrs.as_deref().unwrap_or(&[]),
                 src,
             );
+            for (key, v, dst) in [
+                (
+                    "network.connects_per_minute",
+                    n.connects_per_minute,
+                    &mut p.connects_per_minute,
+                ),
+                (
+                    "network.max_connections",
+                    n.max_connections,
+                    &mut p.max_connections,
+                ),
+            ] {
+                if let Some(v) = v {
+                    if v == 0 || v > 1_000_000 {
+                        return Err(PolicyError::BadValue {
+                            key: key.into(),
+                            value: v.to_string(),
+                            reason: "must be between 1 and 1000000".into(),
+                        });
+                    }
+                    *dst = Sourced::new(v, src);
+                }
+            }
             if let Some(r) = &n.resolver {
                 let sa: std::net::SocketAddr = r.parse().map_err(|_| PolicyError::BadValue {
                     key: "network.resolver".into(),
@@ -598,6 +627,16 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
     if after.resolver.as_ref().map(|r| &r.value) != before.resolver.as_ref().map(|r| &r.value) {
         w.push("changes network.resolver".into());
     }
+    w.extend(raised(
+        "network.connects_per_minute",
+        Some(before.connects_per_minute.value.into()),
+        Some(after.connects_per_minute.value.into()),
+    ));
+    w.extend(raised(
+        "network.max_connections",
+        Some(before.max_connections.value.into()),
+        Some(after.max_connections.value.into()),
+    ));
     w.extend(added(
         "environment.pass_through",
         &before.pass_through,

@@ -686,6 +686,8 @@ pub fn translate(
         allow_cidrs: policy.allow_cidrs.iter().map(|a| a.value.clone()).collect(),
         strict: policy.network.value == NetworkMode::Strict,
         resolver: policy.resolver.as_ref().map(|r| r.value.clone()),
+        connects_per_minute: policy.connects_per_minute.value,
+        max_connections: policy.max_connections.value,
     });
     let env_list: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
 

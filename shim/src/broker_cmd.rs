@@ -41,6 +41,18 @@ pub fn run() -> Result<()> {
         let l = unsafe { TcpListener::from_raw_fd(fd) };
         listeners.push((kind, l));
     }
+    // Two descriptors per relayed connection: take the whole hard limit for the sockets.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on our own struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

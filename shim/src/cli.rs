@@ -43,6 +43,14 @@ pub enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+    /// Inside the sandbox: relay stdin/stdout to HOST:PORT through the network broker
+    /// (`ssh -o ProxyCommand='vetto connect %h %p'`).
+    Connect {
+        /// Destination host name (resolved by the broker, outside the sandbox).
+        host: String,
+        /// Destination port.
+        port: u16,
+    },
     /// Internal: the network broker sidecar (started by `vetto run`).
     #[command(hide = true, name = "__broker")]
     Broker,
@@ -124,6 +132,10 @@ pub struct PolicyArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
+    /// Make git use ssh through the broker (`GIT_SSH_COMMAND` with `vetto connect`); the
+    /// host:22 must still be on the allowlist.
+    #[arg(long)]
+    pub git_ssh: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

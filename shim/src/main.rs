@@ -2,6 +2,7 @@
 
 mod broker_cmd;
 mod cli;
+mod connect;
 mod doctor;
 mod engine;
 mod policy_cmd;
@@ -74,6 +75,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Broker => broker_cmd::run()?,
+        Command::Connect { host, port } => connect::run(&host, port)?,
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "vetto", &mut std::io::stdout());
         }

@@ -201,6 +201,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     }
     spec["process"]["terminal"] = Value::from(pty::is_tty(0) && pty::is_tty(1));
     spec["linux"]["cgroupsPath"] = Value::from(format!("/vetto/{}", sess.id));
+    if args.git_ssh {
+        git_ssh(&mut spec, t.plan.network.broker.is_some())?;
+    }
     clamp_rlimits(&mut spec);
     std::fs::write(
         bundle.join("config.json"),
@@ -366,6 +369,35 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             Ok(code)
         }
     }
+}
+
+/// Where the vetto binary is bound inside the sandbox for `--git-ssh` when it is not visible
+/// at its own path.
+pub const INNER_VETTO: &str = "/tmp/.vetto/vetto";
+
+fn git_ssh(spec: &mut Value, broker: bool) -> Result<()> {
+    if !broker {
+        bail!("--git-ssh: the network is off; allow the git host's port 22 (e.g. --net allow:github.com:22)");
+    }
+    let exe = std::env::current_exe().context("--git-ssh: locating the vetto binary")?;
+    let visible = ["/usr/", "/opt/"].iter().any(|p| exe.starts_with(p));
+    let inner = if visible {
+        exe.display().to_string()
+    } else {
+        if let Some(m) = spec["mounts"].as_array_mut() {
+            m.push(serde_json::json!({"destination": INNER_VETTO, "type": "bind", "source": exe, "options": ["bind", "ro", "nosuid", "nodev"]}));
+        }
+        INNER_VETTO.to_string()
+    };
+    let cmd = format!("GIT_SSH_COMMAND=ssh -o ProxyCommand='{inner} connect %h %p'");
+    if let Some(env) = spec["process"]["env"].as_array_mut() {
+        env.retain(|e| {
+            !e.as_str()
+                .is_some_and(|s| s.starts_with("GIT_SSH_COMMAND="))
+        });
+        env.push(Value::from(cmd));
+    }
+    Ok(())
 }
 
 /// Seconds the container setup may take before vetto gives up.

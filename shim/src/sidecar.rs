@@ -93,9 +93,9 @@ pub fn spawn(plan: &BrokerPlan, listeners: &[Listener], fds: Vec<OwnedFd>) -> Re
         "allow_cidrs": plan.allow_cidrs,
         "strict": plan.strict,
         "resolver": plan.resolver,
-        "max_connections": 256,
+        "max_connections": plan.max_connections,
         "idle_timeout_secs": 300,
-        "connects_per_dest_per_minute": 120,
+        "connects_per_dest_per_minute": plan.connects_per_minute,
     });
     let roles: Vec<String> = listeners.iter().map(|l| role_name(&l.role)).collect();
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();

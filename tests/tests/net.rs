@@ -99,3 +99,85 @@ both!(network_off_sets_no_proxy_and_reaches_nothing, |f| {
     assert_eq!(out(&o), "proxy=none\nunreachable\n", "{}", err(&o));
     assert_eq!(hits.load(Ordering::SeqCst), 0);
 });
+
+both!(vetto_connect_relays_for_ssh_proxycommand, |f| {
+    let dns = StubDns::start();
+    let echo = echo_server("127.0.0.2:0");
+    dns.set("git.test.vetto", &["127.0.0.2"]);
+    let p = policy(
+        f,
+        &format!(
+            "[network]\nmode = \"allowlist\"\nallow = [\"git.test.vetto:{}\"]\nallow_cidrs = [\"127.0.0.2/32\"]\nresolver = \"{}\"\n",
+            echo.port(),
+            dns.addr
+        ),
+    );
+    let script = format!(
+        "echo \"$GIT_SSH_COMMAND\"; echo ssh-bytes | /tmp/.vetto/vetto connect git.test.vetto {}; \
+         /tmp/.vetto/vetto connect elsewhere.test.vetto 22 </dev/null 2>&1; echo \"rc=$?\"",
+        echo.port()
+    );
+    let o = f.run_sh(&["--policy", &p, "--git-ssh"], &script);
+    let s = out(&o);
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(
+        lines.first(),
+        Some(&"ssh -o ProxyCommand='/tmp/.vetto/vetto connect %h %p'"),
+        "{s} {}",
+        err(&o)
+    );
+    assert_eq!(lines.get(1), Some(&"ssh-bytes"), "{s} {}", err(&o));
+    assert!(
+        s.contains("elsewhere.test.vetto:22: not allowed by the sandbox's network policy"),
+        "{s}"
+    );
+    assert!(s.ends_with("rc=2\n"), "{s}");
+    assert!(
+        !dns.asked().iter().any(|n| n.starts_with("elsewhere")),
+        "{:?}",
+        dns.asked()
+    );
+});
+
+both!(git_ssh_needs_the_network, |f| {
+    let o = f.run_sh(&["--git-ssh"], "true");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err(&o).contains("--git-ssh: the network is off"),
+        "{}",
+        err(&o)
+    );
+});
+
+both!(net_flag_and_strict_mode, |f| {
+    let dns = StubDns::start();
+    let (srv, hits) = http_server("127.0.0.2:0");
+    dns.set("api.test.vetto", &["127.0.0.2"]);
+    let port = srv.port();
+    let p = policy(
+        f,
+        &format!(
+            "[network]\nallow_cidrs = [\"127.0.0.2/32\"]\nresolver = \"{}\"\n",
+            dns.addr
+        ),
+    );
+    let net = format!("strict:api.test.vetto:{port}");
+    let script = format!(
+        "curl -sS -p http://api.test.vetto:{port}/; echo; curl -sS -p -o /dev/null -w '%{{http_connect}}\\n' http://127.0.0.2:{port}/ 2>/dev/null"
+    );
+    let o = f.run_sh(&["--policy", &p, "--net", &net], &script);
+    assert_eq!(
+        out(&o),
+        "hello\n403\n",
+        "strict refuses IP literals even inside allow_cidrs: {}",
+        err(&o)
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let o = f.run_sh(&["--net", "sideways"], "true");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err(&o).contains("--net: unknown mode `sideways`"),
+        "{}",
+        err(&o)
+    );
+});
