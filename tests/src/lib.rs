@@ -432,21 +432,17 @@ pub fn http_server(
     (addr, hits)
 }
 
-/// A line echo server.
+/// A byte echo server (echoes as data arrives; closes after the client's EOF).
 pub fn echo_server(bind: &str) -> std::net::SocketAddr {
-    use std::io::{BufRead, Write};
     let l = std::net::TcpListener::bind(bind).expect("bind echo");
     let addr = l.local_addr().expect("addr");
     std::thread::spawn(move || {
         for c in l.incoming().flatten() {
             std::thread::spawn(move || {
                 let mut w = c.try_clone().expect("clone");
-                let mut line = String::new();
-                let mut r = std::io::BufReader::new(c);
-                while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
-                    let _ = w.write_all(line.as_bytes());
-                    line.clear();
-                }
+                let mut r = c;
+                let _ = std::io::copy(&mut r, &mut w);
+                let _ = w.shutdown(std::net::Shutdown::Write);
             });
         }
     });

@@ -181,3 +181,44 @@ both!(net_flag_and_strict_mode, |f| {
         err(&o)
     );
 });
+
+const BULK_ECHO: &str = r#"
+import hashlib, os, socket, sys, threading
+port = int(sys.argv[1])
+c = socket.create_connection(("127.0.0.1", 3128))
+c.sendall(f"CONNECT 127.0.0.2:{port} HTTP/1.1\r\n\r\n".encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += c.recv(1)
+assert head.startswith(b"HTTP/1.1 200"), head
+data = os.urandom(8 << 20).replace(b"\n", b"x")
+def send():
+    c.sendall(data)
+    c.shutdown(socket.SHUT_WR)
+t = threading.Thread(target=send); t.start()
+got = bytearray()
+while True:
+    b = c.recv(1 << 16)
+    if not b:
+        break
+    got += b
+t.join()
+print(len(got), hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest())
+"#;
+
+both!(bulk_transfer_both_ways_with_half_close, |f| {
+    let echo = echo_server("127.0.0.2:0");
+    let p = policy(
+        f,
+        &format!(
+            "[network]\nmode = \"allowlist\"\nallow_cidrs = [\"127.0.0.2/32:{}\"]\n",
+            echo.port()
+        ),
+    );
+    let port = echo.port().to_string();
+    let o = f.run_argv(
+        &["--policy", &p],
+        &["/usr/bin/python3", "-c", BULK_ECHO, &port],
+    );
+    assert_eq!(out(&o), format!("{} True\n", 8 << 20), "{}", err(&o));
+});
