@@ -10,4 +10,4 @@ apt-get update -q
 apt-get install -y -q --no-install-recommends \
   build-essential pkg-config ca-certificates git util-linux procps iproute2 \
   python3 python3-venv \
-  hyperfine bubblewrap crun time tmux curl
+  hyperfine bubblewrap crun time tmux curl openssh-server openssh-client

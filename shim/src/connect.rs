@@ -4,6 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::fd::FromRawFd;
 
 use anyhow::{bail, Context, Result};
 
@@ -70,12 +71,32 @@ pub fn run(host: &str, port: u16) -> Result<()> {
     };
     let mut skip = vec![0u8; rest];
     s.read_exact(&mut skip)?;
+    // Plain read/write loops on the raw descriptors: std's stdout is line-buffered (ssh's
+    // binary packets would wait for a newline) and std::io::copy's kernel-copy paths may
+    // wait for more data than an interactive protocol sends.
+    // SAFETY: fds 0 and 1 stay open for the life of the process; ManuallyDrop never closes them.
+    let mut stdin = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(0) });
+    // SAFETY: as above.
+    let mut stdout = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
     let mut up = s.try_clone()?;
     let t = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut up);
+        let _ = pump(&mut *stdin, &mut up);
         let _ = up.shutdown(std::net::Shutdown::Write);
     });
-    std::io::copy(&mut s, &mut std::io::stdout().lock())?;
+    pump(&mut s, &mut *stdout)?;
     drop(t);
     Ok(())
+}
+
+fn pump(r: &mut impl Read, w: &mut impl Write) -> std::io::Result<()> {
+    let mut buf = [0u8; 16384];
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        w.write_all(&buf[..n])?;
+    }
 }

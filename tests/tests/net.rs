@@ -222,3 +222,76 @@ both!(bulk_transfer_both_ways_with_half_close, |f| {
     );
     assert_eq!(out(&o), format!("{} True\n", 8 << 20), "{}", err(&o));
 });
+
+/// git over ssh through the broker to a real sshd on the host's 127.0.0.2. Root variant
+/// only: sshd must run as root to serve a login (an unprivileged sshd can only log in its
+/// own user, and `nobody` has no shell).
+#[test]
+fn git_over_ssh_through_the_broker() {
+    if !vetto_integration::is_root() || !std::path::Path::new("/usr/sbin/sshd").exists() {
+        eprintln!("skipped: needs root and openssh-server (scripts/deps.sh installs it)");
+        return;
+    }
+    let f = Fixture::new(vetto_integration::Mode::Root);
+    let d = f.root.join("outside");
+    let sh = |c: &str| {
+        let o = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(c)
+            .output()
+            .expect("sh");
+        assert!(o.status.success(), "{c}: {}", err(&o));
+    };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.2:0").expect("port");
+        l.local_addr().expect("a").port()
+    };
+    let (dd, pd) = (d.display(), f.proj.display());
+    sh(&format!("ssh-keygen -q -t ed25519 -N '' -f {dd}/hostkey && ssh-keygen -q -t ed25519 -N '' -f {pd}/id_test && cp {pd}/id_test.pub {dd}/authorized_keys && mkdir -p /run/sshd"));
+    std::fs::write(
+        d.join("sshd_config"),
+        format!(
+            "Port {port}\nListenAddress 127.0.0.2\nHostKey {dd}/hostkey\nAuthorizedKeysFile {dd}/authorized_keys\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile {dd}/sshd.pid\nPermitRootLogin prohibit-password\n"
+        ),
+    )
+    .expect("w");
+    sh(&format!("git init -q --bare {dd}/repo.git && git -C {pd} push -q {dd}/repo.git HEAD:refs/heads/main && git -C {dd}/repo.git symbolic-ref HEAD refs/heads/main"));
+    let mut sshd = std::process::Command::new("/usr/sbin/sshd")
+        .args(["-D", "-e", "-f"])
+        .arg(d.join("sshd_config"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sshd");
+    assert!(
+        vetto_integration::eventually(5, || std::net::TcpStream::connect(("127.0.0.2", port))
+            .is_ok()),
+        "sshd did not start"
+    );
+    let dns = StubDns::start();
+    dns.set("git.test.vetto", &["127.0.0.2"]);
+    let p = policy(
+        &f,
+        &format!("[network]\nmode = \"allowlist\"\nallow = [\"git.test.vetto:{port}\"]\nallow_cidrs = [\"127.0.0.2/32\"]\nresolver = \"{}\"\n", dns.addr),
+    );
+    let script = format!(
+        "export GIT_SSH_COMMAND=\"$GIT_SSH_COMMAND -i $PWD/id_test -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=10\"; \
+         git clone -q ssh://root@git.test.vetto:{port}{dd}/repo.git cloned && git -C cloned log -1 --format=%s && \
+         echo more >> cloned/README && git -C cloned commit -qam 'pushed from the sandbox' && git -C cloned push -q origin main && echo pushed"
+    );
+    let o = f.run_sh(&["--policy", &p, "--git-ssh"], &script);
+    let _ = sshd.kill();
+    let _ = sshd.wait();
+    assert_eq!(out(&o), "init\npushed\n", "{}", err(&o));
+    let log = std::process::Command::new("git")
+        .args([
+            "-C",
+            &format!("{dd}/repo.git"),
+            "log",
+            "-1",
+            "--format=%s",
+            "main",
+        ])
+        .output()
+        .expect("git");
+    assert_eq!(out(&log), "pushed from the sandbox\n");
+}
