@@ -295,3 +295,58 @@ fn git_over_ssh_through_the_broker() {
         .expect("git");
     assert_eq!(out(&log), "pushed from the sandbox\n");
 }
+
+both!(broker_crash_closes_the_network, |f| {
+    let dns = StubDns::start();
+    let (srv, hits) = http_server("127.0.0.2:0");
+    let port = srv.port();
+    dns.set("api.test.vetto", &["127.0.0.2"]);
+    let p = policy(
+        f,
+        &format!("[network]\nmode = \"allowlist\"\nallow = [\"api.test.vetto:{port}\"]\nallow_cidrs = [\"127.0.0.2/32\"]\nresolver = \"{}\"\n", dns.addr),
+    );
+    let script = format!(
+        "curl -sS -p http://api.test.vetto:{port}/ > first.out; touch first.done; \
+         while [ ! -e killed ]; do sleep 0.05; done; \
+         curl -sS -m 5 -p http://api.test.vetto:{port}/ 2>/dev/null && echo REACHED || echo closed"
+    );
+    let bin = f.bin.display().to_string();
+    let child = f
+        .command(
+            &[&bin, "run", "--policy", &p, "--", "/bin/sh", "-c", &script],
+            &f.base_env(),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(
+        vetto_integration::eventually(10, || f.proj.join("first.done").exists()),
+        "first request never finished"
+    );
+    // The broker is the supervisor's child running `vetto __broker`.
+    let sup = child.id();
+    let broker: Vec<u32> = vetto_integration::pids_with("__broker")
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .and_then(|(_, r)| r.split_whitespace().nth(1).map(str::to_string))
+                })
+                .is_some_and(|ppid| ppid == sup.to_string())
+        })
+        .collect();
+    assert_eq!(broker.len(), 1, "broker of this session not found");
+    // SAFETY: killing the broker process this test's session started.
+    unsafe { libc::kill(broker[0] as i32, libc::SIGKILL) };
+    std::fs::write(f.proj.join("killed"), "").expect("w");
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("first.out")).expect("r"),
+        "hello"
+    );
+    assert_eq!(out(&o), "closed\n", "{}", err(&o));
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+});
