@@ -85,6 +85,9 @@ pub struct BrokerSpec {
     /// Connection attempts per minute to one `host:port` after the allowlist said yes
     /// (token bucket, burst = this value; at least 1).
     pub connects_per_dest_per_minute: u32,
+    /// A descriptor of the sandbox's network namespace (`/proc/PID/ns/net`), needed by
+    /// `Publish` listeners to dial into the sandbox.
+    pub sandbox_netns_fd: Option<i32>,
 }
 
 impl Default for BrokerSpec {
@@ -97,6 +100,7 @@ impl Default for BrokerSpec {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
             connects_per_dest_per_minute: DEFAULT_CONNECTS_PER_DEST_PER_MINUTE,
+            sandbox_netns_fd: None,
         }
     }
 }
@@ -111,6 +115,9 @@ pub enum ListenerKind {
     Socks5,
     /// Forward every connection to this host loopback address.
     HostPort(SocketAddr),
+    /// A host-side listener whose connections go to this port on the sandbox's own loopback
+    /// (`network.publish`).
+    Publish(u16),
 }
 
 impl fmt::Display for ListenerKind {
@@ -119,6 +126,7 @@ impl fmt::Display for ListenerKind {
             ListenerKind::HttpProxy => f.write_str("http-proxy"),
             ListenerKind::Socks5 => f.write_str("socks5"),
             ListenerKind::HostPort(t) => write!(f, "host-port({t})"),
+            ListenerKind::Publish(p) => write!(f, "publish({p})"),
         }
     }
 }
@@ -261,6 +269,7 @@ pub(crate) struct Shared {
     rate: RateLimiter,
     pub(crate) idle: Duration,
     events: UnboundedSender<ConnEvent>,
+    sandbox_netns: Option<i32>,
 }
 
 fn parse_resolver(s: &str) -> Result<SocketAddr, BrokerError> {
@@ -313,6 +322,7 @@ impl Shared {
             rate: RateLimiter::new(spec.connects_per_dest_per_minute),
             idle: Duration::from_secs(spec.idle_timeout_secs),
             events,
+            sandbox_netns: spec.sandbox_netns_fd,
         })
     }
 }
@@ -459,6 +469,7 @@ async fn handle(
         ListenerKind::HttpProxy => http_proxy::handle(&shared, stream, &mut rec).await,
         ListenerKind::Socks5 => socks5::handle(&shared, stream, &mut rec).await,
         ListenerKind::HostPort(target) => host_port(&shared, stream, target, &mut rec).await,
+        ListenerKind::Publish(port) => publish(&shared, stream, port, &mut rec).await,
     }
     // Free the slot before the event goes out, so whoever sees the event can connect again.
     drop(permit);
@@ -480,6 +491,10 @@ async fn reject(
             rec.target = Some(target.to_string());
             drop(stream);
         }
+        ListenerKind::Publish(port) => {
+            rec.target = Some(format!("sandbox:{port}"));
+            drop(stream);
+        }
     }
     rec.refuse(&refusal);
 }
@@ -493,6 +508,48 @@ async fn host_port(shared: &Shared, client: TcpStream, target: SocketAddr, rec: 
             rec.relayed(stats);
         }
         Err(refusal) => rec.refuse(&refusal),
+    }
+}
+
+/// A connection from the host's loopback to a published port: dialled inside the sandbox's
+/// network namespace from a short-lived thread that joins it (`setns` is per thread).
+async fn publish(shared: &Shared, client: TcpStream, port: u16, rec: &mut Record) {
+    let target = SocketAddr::from(([127, 0, 0, 1], port));
+    rec.target = Some(format!("sandbox:{port}"));
+    rec.dialled = Some(target);
+    let Some(ns) = shared.sandbox_netns else {
+        rec.refuse(&Refusal::connect_failed(
+            target,
+            &std::io::Error::other("no sandbox network namespace"),
+        ));
+        return;
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let r = (|| {
+            // SAFETY: setns on this dedicated thread only (network namespaces are per thread);
+            // the thread ends right after the connect.
+            if unsafe { libc::setns(ns, libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let s = std::net::TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)?;
+            s.set_nonblocking(true)?;
+            Ok(s)
+        })();
+        let _ = tx.send(r);
+    });
+    let upstream = match rx.await {
+        Ok(Ok(s)) => TcpStream::from_std(s),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(std::io::Error::other("dialling thread vanished")),
+    };
+    match upstream {
+        Ok(upstream) => {
+            let _ = upstream.set_nodelay(true);
+            let stats = relay(client, upstream, &[], shared.idle).await;
+            rec.relayed(stats);
+        }
+        Err(e) => rec.refuse(&Refusal::connect_failed(target, &e)),
     }
 }
 

@@ -500,12 +500,8 @@ async fn denied_requests_never_resolve_or_dial() {
     assert_eq!(ev.reason, "invalid-destination");
     assert_eq!(ev.target.as_deref(), Some("a@allowed.vetto.test:443"));
 
-    // Not CONNECT.
-    let r = http_request(
-        proxy,
-        b"GET http://allowed.vetto.test/ HTTP/1.1\r\nHost: allowed.vetto.test\r\n\r\n",
-    )
-    .await;
+    // Neither CONNECT nor an absolute-form request (absolute-form: see `http_forward_*`).
+    let r = http_request(proxy, b"GET / HTTP/1.1\r\nHost: allowed.vetto.test\r\n\r\n").await;
     assert_eq!(r.status, 405);
     assert_eq!(r.headers["x-vetto-deny"], "method-not-allowed");
     assert_eq!(r.headers["allow"], "CONNECT");
@@ -616,6 +612,264 @@ async fn dns_client_ignores_forged_replies_and_retries() {
     let name = vetto_broker::DnsName::parse("x.vetto.test").unwrap();
     let got = vetto_broker::dns::resolve_udp(server, &name).await.unwrap();
     assert_eq!(got, real);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3b. Plain-HTTP forwarding of absolute-form requests
+// ---------------------------------------------------------------------------------------
+
+/// What the test HTTP server received on one connection.
+#[derive(Debug, Clone)]
+struct Seen {
+    request_line: String,
+    /// (lowercased name, value), in order.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+const HTTP_RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 6\r\nConnection: close\r\n\r\norigin";
+
+/// An HTTP/1.1 server on `bind` (loopback): reads one request (head plus a
+/// `Content-Length` body), records it, answers [`HTTP_RESPONSE`] and closes.
+async fn http_server(bind: &str) -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
+    let listener = TcpListener::bind(bind).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                let (head, mut body) = read_until_head_end(&mut s).await;
+                let mut lines = head.split("\r\n");
+                let request_line = lines.next().unwrap().to_string();
+                let headers: Vec<(String, String)> = lines
+                    .filter(|l| !l.is_empty())
+                    .map(|l| {
+                        let (k, v) = l.split_once(": ").unwrap();
+                        (k.to_ascii_lowercase(), v.to_string())
+                    })
+                    .collect();
+                let len: usize = headers
+                    .iter()
+                    .find(|(k, _)| k == "content-length")
+                    .map_or(0, |(_, v)| v.parse().unwrap());
+                let body = read_n(&mut s, &mut body, len).await;
+                log.lock().unwrap().push(Seen {
+                    request_line,
+                    headers,
+                    body,
+                });
+                s.write_all(HTTP_RESPONSE).await.unwrap();
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// Send `request` to the proxy and read everything it answers until it closes.
+async fn http_exchange(proxy: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut all = Vec::new();
+    timeout(T, s.read_to_end(&mut all)).await.unwrap().unwrap();
+    s.shutdown().await.unwrap();
+    all
+}
+
+#[tokio::test]
+async fn http_forward_allowlisted_name_on_its_port() {
+    let dns = StubDns::start().await;
+    let (origin, seen) = http_server("127.0.0.2:0").await;
+    let port = origin.port();
+    dns.set("web.vetto.test", &["127.0.0.2"]);
+    let mut b = Broker::start(
+        spec(&[format!("web.vetto.test:{port}")], &["127.0.0.2/32"], &dns),
+        &[ListenerKind::HttpProxy],
+    )
+    .await;
+    let proxy = b.addrs[0];
+
+    let request = format!(
+        "GET http://web.vetto.test:{port}/x?y=1 HTTP/1.1\r\nHost: web.vetto.test:{port}\r\n\
+         Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic c2VjcmV0\r\n\
+         Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 300\r\nTE: trailers\r\n\
+         User-Agent: vetto-test\r\nAccept: */*\r\n\r\n"
+    );
+    let response = http_exchange(proxy, request.as_bytes()).await;
+    assert_eq!(response, HTTP_RESPONSE);
+    let ev = b.event().await;
+    assert_eq!(ev.listener, ListenerKind::HttpProxy);
+    assert_eq!(ev.decision, EventDecision::Allow);
+    assert_eq!(ev.reason, "closed");
+    assert_eq!(ev.target.as_deref(), Some(&*format!("web.vetto.test:{port}")));
+    assert_eq!(ev.dialled, Some(origin));
+    assert_eq!(ev.bytes_down, HTTP_RESPONSE.len() as u64);
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1);
+        let s = &seen[0];
+        assert_eq!(s.request_line, "GET /x?y=1 HTTP/1.1");
+        assert_eq!(s.header("host"), [format!("web.vetto.test:{port}")]);
+        assert_eq!(s.header("connection"), ["close"]);
+        for hop in [
+            "proxy-connection",
+            "proxy-authorization",
+            "x-hop",
+            "keep-alive",
+            "te",
+        ] {
+            assert!(s.header(hop).is_empty(), "{hop} forwarded: {s:?}");
+        }
+        assert_eq!(s.header("user-agent"), ["vetto-test"]);
+        assert_eq!(s.header("accept"), ["*/*"]);
+        assert_eq!(s.headers.len(), 4, "{s:?}");
+    }
+
+    // A body sent with the head is forwarded; a missing Host is added; any method token.
+    let request = format!(
+        "PUT HTTP://WEB.vetto.test:{port} HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello world"
+    );
+    let response = http_exchange(proxy, request.as_bytes()).await;
+    assert_eq!(response, HTTP_RESPONSE);
+    assert_eq!(b.event().await.decision, EventDecision::Allow);
+    {
+        let seen = seen.lock().unwrap();
+        let s = &seen[1];
+        assert_eq!(s.request_line, "PUT / HTTP/1.1");
+        assert_eq!(s.header("host"), [format!("web.vetto.test:{port}")]);
+        assert_eq!(s.body, b"hello world");
+    }
+    // Resolved once per request, through the stub.
+    assert_eq!(dns.queries_for("web.vetto.test"), 4);
+}
+
+#[tokio::test]
+async fn http_forward_refusals() {
+    let dns = StubDns::start().await;
+    let (origin, seen) = http_server("127.0.0.2:0").await;
+    let port = origin.port();
+    for name in ["web.vetto.test", "only443.vetto.test", "strict.vetto.test"] {
+        dns.set(name, &["127.0.0.2"]);
+    }
+    let mut b = Broker::start(
+        spec(
+            &[
+                format!("web.vetto.test:{port}"),
+                "only443.vetto.test".to_string(),
+            ],
+            &["127.0.0.2/32"],
+            &dns,
+        ),
+        &[ListenerKind::HttpProxy],
+    )
+    .await;
+    let proxy = b.addrs[0];
+
+    let cases: Vec<(String, u16, &str)> = vec![
+        // Allowed on 443 only: http:// means port 80.
+        (
+            "GET http://only443.vetto.test/ HTTP/1.1\r\nHost: only443.vetto.test\r\n\r\n".into(),
+            403,
+            "port-not-allowed",
+        ),
+        (
+            "GET http://evil.vetto.test/ HTTP/1.1\r\n\r\n".into(),
+            403,
+            "not-allowlisted",
+        ),
+        (
+            format!("GET http://127.0.0.2:{port}/ HTTP/1.1\r\n\r\n"),
+            403,
+            "ip-literal-not-allowed",
+        ),
+        // Userinfo.
+        (
+            format!("GET http://a@web.vetto.test:{port}/ HTTP/1.1\r\n\r\n"),
+            400,
+            "invalid-request",
+        ),
+        // Other schemes are not forwarded.
+        (
+            "GET https://web.vetto.test/ HTTP/1.1\r\nHost: web.vetto.test\r\n\r\n".into(),
+            400,
+            "unsupported-scheme",
+        ),
+        (
+            format!("GET ftp://web.vetto.test:{port}/ HTTP/1.1\r\n\r\n"),
+            400,
+            "unsupported-scheme",
+        ),
+        // Host naming another virtual host, or another port.
+        (
+            format!(
+                "GET http://web.vetto.test:{port}/ HTTP/1.1\r\nHost: other.vetto.test\r\n\r\n"
+            ),
+            400,
+            "host-mismatch",
+        ),
+        (
+            format!("GET http://web.vetto.test:{port}/ HTTP/1.1\r\nHost: web.vetto.test\r\n\r\n"),
+            400,
+            "host-mismatch",
+        ),
+        // Ambiguous framing.
+        (
+            format!(
+                "POST http://web.vetto.test:{port}/ HTTP/1.1\r\nContent-Length: 1\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n"
+            ),
+            400,
+            "invalid-request",
+        ),
+    ];
+    for (request, status, reason) in cases {
+        let r = http_request(proxy, request.as_bytes()).await;
+        assert_eq!(r.status, status, "{request:?}: {}", r.body);
+        assert_eq!(r.headers["x-vetto-deny"], reason, "{request:?}");
+        assert!(r.body.starts_with("vetto: "), "{}", r.body);
+        let ev = b.event().await;
+        assert_eq!(ev.decision, EventDecision::Deny, "{request:?}");
+        assert_eq!(ev.reason, reason, "{request:?}");
+        assert_eq!(ev.dialled, None, "{request:?}");
+    }
+    assert_eq!(dns.queries_for("only443.vetto.test"), 0);
+    assert_eq!(dns.queries_for("evil.vetto.test"), 0);
+    assert_eq!(dns.queries_for("web.vetto.test"), 0);
+    assert!(seen.lock().unwrap().is_empty());
+
+    // Strict mode refuses port 80 even when it is listed.
+    let mut b = Broker::start(
+        BrokerSpec {
+            strict: true,
+            ..spec(&["strict.vetto.test:80".to_string()], &[], &dns)
+        },
+        &[ListenerKind::HttpProxy],
+    )
+    .await;
+    let r = http_request(
+        b.addrs[0],
+        b"GET http://strict.vetto.test/ HTTP/1.1\r\nHost: strict.vetto.test\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.headers["x-vetto-deny"], "strict-port-80");
+    assert!(r.body.contains("strict mode"), "{}", r.body);
+    assert_eq!(b.event().await.reason, "strict-port-80");
+    assert_eq!(dns.queries_for("strict.vetto.test"), 0);
+    assert!(seen.lock().unwrap().is_empty());
 }
 
 // ---------------------------------------------------------------------------------------

@@ -122,6 +122,9 @@ pub struct NetPlan {
     pub listeners: Vec<Listener>,
     /// The broker, when any listener exists.
     pub broker: Option<BrokerPlan>,
+    /// Sandbox loopback ports published on the host's 127.0.0.1 (the init then also hands
+    /// over its network namespace, for the broker to dial into).
+    pub publish: Vec<u16>,
 }
 
 /// Port of the HTTP proxy inside the sandbox.

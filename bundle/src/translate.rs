@@ -246,11 +246,16 @@ pub fn translate(
     secrets: &[SecretMatch],
     id: &str,
 ) -> Result<Translation, TranslateError> {
-    if !policy.publish.is_empty() {
-        return Err(TranslateError::Unsupported(format!(
-            "network.publish (from {})",
-            policy.publish[0].source
-        )));
+    for p in &policy.publish {
+        if p.value == 0 || p.value == HTTP_PROXY_PORT || p.value == SOCKS_PORT {
+            return Err(TranslateError::Path {
+                key: "network.publish".into(),
+                path: p.value.to_string(),
+                reason: format!(
+                    "not a port, or one of the broker's own ({HTTP_PROXY_PORT}, {SOCKS_PORT})"
+                ),
+            });
+        }
     }
     let net_on = policy.network.value != NetworkMode::Off;
     let builtin = Source::Builtin("layout".into());
@@ -258,6 +263,7 @@ pub fn translate(
         ("allow", policy.allow.is_empty()),
         ("host_ports", policy.host_ports.is_empty()),
         ("allow_cidrs", policy.allow_cidrs.is_empty()),
+        ("publish", policy.publish.is_empty()),
         ("resolver", policy.resolver.is_none()),
     ]
     .iter()
@@ -801,6 +807,14 @@ pub fn translate(
                 &h.source,
             );
         }
+        for p in &policy.publish {
+            b.note(
+                "network",
+                format!("host 127.0.0.1:{}", p.value),
+                format!("published: relayed to the sandbox's port {}", p.value),
+                &p.source,
+            );
+        }
         if let Some(r) = &policy.resolver {
             b.note(
                 "network",
@@ -900,7 +914,15 @@ pub fn translate(
         },
         seccomp,
         loopback_up: true,
-        network: NetPlan { listeners, broker },
+        network: NetPlan {
+            listeners,
+            broker,
+            publish: if net_on {
+                policy.publish.iter().map(|p| p.value).collect()
+            } else {
+                vec![]
+            },
+        },
         identity: Identity {
             uid: facts.uid,
             gid: facts.gid,

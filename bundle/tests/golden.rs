@@ -279,19 +279,44 @@ fn network_allowlist_makes_listeners_and_proxy_env() {
 }
 
 #[test]
-fn publish_is_refused_until_it_lands() {
+fn publish_needs_the_broker_and_a_free_port() {
     let f = facts();
-    let base = Layer {
-        file: profiles::load("default").expect("p"),
-        source: Source::Builtin("p".into()),
+    let mk = |text: &str| {
+        let base = Layer {
+            file: profiles::load("default").expect("p"),
+            source: Source::Builtin("p".into()),
+        };
+        let l = Layer {
+            file: PolicyFile::parse(text, "t").expect("parse"),
+            source: Source::Flag("t".into()),
+        };
+        merge("default", &[base, l]).expect("m")
     };
-    let l = Layer {
-        file: PolicyFile::parse("[network]\npublish = [3000]\n", "t").expect("parse"),
-        source: Source::Flag("t".into()),
-    };
-    let e =
-        translate(&merge("default", &[base, l]).expect("m"), &f, &[], "x").expect_err("refused");
-    assert!(e.to_string().ends_with("is not supported yet"), "{e}");
+    let t = translate(
+        &mk("[network]\nmode = \"allowlist\"\npublish = [3000]\n"),
+        &f,
+        &[],
+        "x",
+    )
+    .expect("t");
+    assert_eq!(t.plan.network.publish, vec![3000]);
+    let t = translate(&mk("[network]\npublish = [3000]\n"), &f, &[], "x").expect("t");
+    assert!(
+        t.plan.network.publish.is_empty(),
+        "network off: nothing published"
+    );
+    assert!(t
+        .explain
+        .iter()
+        .any(|e| e.item == "publish" && e.detail.starts_with("IGNORED")));
+    let e = translate(
+        &mk("[network]\nmode = \"allowlist\"\npublish = [3128]\n"),
+        &f,
+        &[],
+        "x",
+    )
+    .expect_err("refused");
+    assert!(e.to_string().contains("the broker's own"), "{e}");
 }
 
 #[test]

@@ -131,7 +131,11 @@ pub fn run(plan: &Plan, cfg: &InitConfig) -> Result<Infallible, InitError> {
     }
     if !plan.network.listeners.is_empty() {
         let sock = cfg.listener_fd.ok_or(InitError::NoListenerChannel)?;
-        listen::open_and_send(&plan.network.listeners, sock)?;
+        listen::open_and_send(
+            &plan.network.listeners,
+            !plan.network.publish.is_empty(),
+            sock,
+        )?;
     }
     identity::switch_to(plan.identity.uid, plan.identity.gid)?;
     process::set_no_new_privs().map_err(|e| InitError::Caps(e.to_string()))?;

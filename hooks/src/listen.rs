@@ -21,14 +21,22 @@ pub enum ListenError {
         /// Why.
         source: std::io::Error,
     },
+    /// The network namespace could not be opened.
+    #[error("cannot open the sandbox's network namespace: {0}")]
+    Netns(std::io::Error),
     /// Handing the sockets to the supervisor failed.
     #[error("cannot hand the listening sockets to the broker: {0}")]
     Send(nix::Error),
 }
 
-/// Bind every listener on the sandbox's 127.0.0.1 and send them, in plan order, over `sock`.
-/// The init keeps no copy.
-pub fn open_and_send(listeners: &[Listener], sock: RawFd) -> Result<(), ListenError> {
+/// Bind every listener on the sandbox's 127.0.0.1 and send them, in plan order, over `sock`;
+/// with `with_netns`, the sandbox's network namespace follows as the last descriptor (the
+/// broker dials published ports from inside it). The init keeps no copy.
+pub fn open_and_send(
+    listeners: &[Listener],
+    with_netns: bool,
+    sock: RawFd,
+) -> Result<(), ListenError> {
     let mut open = vec![];
     for l in listeners {
         let t = TcpListener::bind((Ipv4Addr::LOCALHOST, l.port)).map_err(|source| {
@@ -39,7 +47,12 @@ pub fn open_and_send(listeners: &[Listener], sock: RawFd) -> Result<(), ListenEr
         })?;
         open.push(t);
     }
-    let fds: Vec<RawFd> = open.iter().map(|t| t.as_raw_fd()).collect();
+    let mut fds: Vec<RawFd> = open.iter().map(|t| t.as_raw_fd()).collect();
+    let netns = match with_netns {
+        true => Some(std::fs::File::open("/proc/self/ns/net").map_err(ListenError::Netns)?),
+        false => None,
+    };
+    fds.extend(netns.as_ref().map(|f| f.as_raw_fd()));
     let payload = b"vetto-listeners";
     let iov = [IoSlice::new(payload)];
     let cmsg = [ControlMessage::ScmRights(&fds)];

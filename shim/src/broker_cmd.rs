@@ -32,6 +32,10 @@ pub fn run() -> Result<()> {
         let kind = match role {
             "http" => ListenerKind::HttpProxy,
             "socks5" => ListenerKind::Socks5,
+            r if r.starts_with("publish:") => match r["publish:".len()..].parse::<u16>() {
+                Ok(p) => ListenerKind::Publish(p),
+                Err(_) => bail!("broker: bad listener role {r}"),
+            },
             r => match r.strip_prefix("host:").map(str::parse::<SocketAddr>) {
                 Some(Ok(a)) => ListenerKind::HostPort(a),
                 _ => bail!("broker: unknown listener role {r}"),

@@ -239,6 +239,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     let (err_r, err_w) = pipe()?;
     let net = &t.plan.network;
+    let published = sidecar::bind_published(&net.publish)?;
     let listen_chan = match net.listeners.is_empty() {
         true => None,
         false => Some(sidecar::channel()?),
@@ -305,8 +306,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let _ = std::env::set_current_dir(&cwd);
     let broker = match (&listen_sock, &net.broker) {
         (Some(sock), Some(plan)) => {
-            let started = sidecar::receive(sock, net.listeners.len(), Duration::from_secs(10))
-                .and_then(|fds| sidecar::spawn(plan, &net.listeners, fds));
+            let want = net.listeners.len() + usize::from(!net.publish.is_empty());
+            let started = sidecar::receive(sock, want, Duration::from_secs(10))
+                .and_then(|fds| sidecar::spawn(plan, &net.listeners, fds, published));
             match started {
                 Ok(child) => Some(child),
                 Err(e) => {

@@ -86,8 +86,40 @@ fn role_name(r: &ListenerRole) -> String {
     }
 }
 
+/// Bind the host side of `network.publish` now, so a port in use fails before the sandbox
+/// starts.
+pub fn bind_published(ports: &[u16]) -> Result<Vec<(u16, OwnedFd)>> {
+    ports
+        .iter()
+        .map(|p| {
+            let l = std::net::TcpListener::bind(("127.0.0.1", *p)).with_context(|| {
+                format!("network.publish: cannot listen on the host's 127.0.0.1:{p}")
+            })?;
+            Ok((*p, OwnedFd::from(l)))
+        })
+        .collect()
+}
+
 /// Start `vetto __broker` with the listeners as fds 3, 4, …
-pub fn spawn(plan: &BrokerPlan, listeners: &[Listener], fds: Vec<OwnedFd>) -> Result<Child> {
+pub fn spawn(
+    plan: &BrokerPlan,
+    listeners: &[Listener],
+    mut fds: Vec<OwnedFd>,
+    published: Vec<(u16, OwnedFd)>,
+) -> Result<Child> {
+    // fds 3…: the sandbox's listeners, the host side of each published port, and (with
+    // publish) the sandbox's network namespace.
+    let netns = match published.is_empty() {
+        true => None,
+        false => fds.pop(),
+    };
+    let mut roles: Vec<String> = listeners.iter().map(|l| role_name(&l.role)).collect();
+    for (port, fd) in published {
+        roles.push(format!("publish:{port}"));
+        fds.push(fd);
+    }
+    let netns_fd = netns.as_ref().map(|_| 3 + fds.len() as i32);
+    fds.extend(netns);
     let spec = serde_json::json!({
         "allow": plan.allow,
         "allow_cidrs": plan.allow_cidrs,
@@ -96,8 +128,8 @@ pub fn spawn(plan: &BrokerPlan, listeners: &[Listener], fds: Vec<OwnedFd>) -> Re
         "max_connections": plan.max_connections,
         "idle_timeout_secs": 300,
         "connects_per_dest_per_minute": plan.connects_per_minute,
+        "sandbox_netns_fd": netns_fd,
     });
-    let roles: Vec<String> = listeners.iter().map(|l| role_name(&l.role)).collect();
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let exe =
         std::env::current_exe().context("network: locating the vetto binary for the broker")?;

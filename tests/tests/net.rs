@@ -350,3 +350,80 @@ both!(broker_crash_closes_the_network, |f| {
     assert_eq!(out(&o), "closed\n", "{}", err(&o));
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 });
+
+const SANDBOX_SERVER: &str = r#"
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(4)
+open("listening", "w").close()
+c, _ = s.accept()
+c.sendall(b"from-inside:" + c.recv(100))
+c.close()
+"#;
+
+both!(publish_exposes_a_sandbox_port_on_the_host_loopback, |f| {
+    use std::io::{Read, Write};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("b")
+        .local_addr()
+        .expect("a")
+        .port();
+    let p = policy(
+        f,
+        &format!("[network]\nmode = \"allowlist\"\npublish = [{port}]\n"),
+    );
+    let bin = f.bin.display().to_string();
+    let ps = port.to_string();
+    let child = f
+        .command(
+            &[
+                &bin,
+                "run",
+                "--policy",
+                &p,
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                SANDBOX_SERVER,
+                &ps,
+            ],
+            &f.base_env(),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(
+        vetto_integration::eventually(10, || f.proj.join("listening").exists()),
+        "sandbox server never listened"
+    );
+    let mut c =
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the published port");
+    c.write_all(b"hello").expect("w");
+    let mut got = String::new();
+    c.read_to_string(&mut got).expect("r");
+    assert_eq!(got, "from-inside:hello");
+    let o = child.wait_with_output().expect("wait");
+    assert!(o.status.success(), "{}", err(&o));
+});
+
+both!(publish_port_in_use_refuses_before_starting, |f| {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("b");
+    let port = busy.local_addr().expect("a").port();
+    let p = policy(
+        f,
+        &format!("[network]\nmode = \"allowlist\"\npublish = [{port}]\n"),
+    );
+    let o = f.run_sh(&["--policy", &p], "touch ran");
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        err(&o).contains(&format!(
+            "network.publish: cannot listen on the host's 127.0.0.1:{port}"
+        )),
+        "{}",
+        err(&o)
+    );
+    assert!(!f.proj.join("ran").exists());
+    assert!(f.leftover_sessions().is_empty());
+});
