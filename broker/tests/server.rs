@@ -714,7 +714,10 @@ async fn http_forward_allowlisted_name_on_its_port() {
     assert_eq!(ev.listener, ListenerKind::HttpProxy);
     assert_eq!(ev.decision, EventDecision::Allow);
     assert_eq!(ev.reason, "closed");
-    assert_eq!(ev.target.as_deref(), Some(&*format!("web.vetto.test:{port}")));
+    assert_eq!(
+        ev.target.as_deref(),
+        Some(&*format!("web.vetto.test:{port}"))
+    );
     assert_eq!(ev.dialled, Some(origin));
     assert_eq!(ev.bytes_down, HTTP_RESPONSE.len() as u64);
     {
@@ -814,9 +817,7 @@ async fn http_forward_refusals() {
         ),
         // Host naming another virtual host, or another port.
         (
-            format!(
-                "GET http://web.vetto.test:{port}/ HTTP/1.1\r\nHost: other.vetto.test\r\n\r\n"
-            ),
+            format!("GET http://web.vetto.test:{port}/ HTTP/1.1\r\nHost: other.vetto.test\r\n\r\n"),
             400,
             "host-mismatch",
         ),

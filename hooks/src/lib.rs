@@ -120,6 +120,7 @@ mod tests {
             network: NetPlan {
                 listeners: vec![],
                 broker: None,
+                publish: vec![],
             },
             identity: Identity { uid: 0, gid: 0 },
             wall_clock_secs: None,
