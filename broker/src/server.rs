@@ -2,11 +2,15 @@
 //! network namespace, and for each connection decides, resolves, checks and dials from the
 //! broker's own namespace, then relays bytes.
 //!
-//! Three listener kinds ([`ListenerKind`]):
+//! Four listener kinds ([`ListenerKind`]):
 //!
-//! * `HttpProxy`: HTTP/1.1 `CONNECT host:port` only (anything else gets `405`).
+//! * `HttpProxy`: HTTP/1.1 `CONNECT host:port`, and absolute-form plain HTTP
+//!   (`GET http://host[:port]/…`, port 80 by default, so `host:80` must be allowed); other
+//!   request forms get `405`.
 //! * `Socks5`: RFC 1928, "no authentication", `CONNECT` only.
 //! * `HostPort(addr)`: every connection is relayed to one host loopback address.
+//! * `Publish(port)`: a host-side listener whose connections are dialled to `port` on the
+//!   sandbox's own loopback, from a thread that joins the sandbox's network namespace.
 //!
 //! For the two proxy kinds the order is fixed: strict parse → [`Policy::decide`] →
 //! per-destination rate limit → resolve (names only, once; IP literals are never resolved)

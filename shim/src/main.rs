@@ -5,6 +5,7 @@ mod cli;
 mod connect;
 mod doctor;
 mod engine;
+mod fdpass;
 mod policy_cmd;
 mod pty;
 mod run;

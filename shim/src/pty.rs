@@ -2,13 +2,11 @@
 //! the console socket; the supervisor relays between the caller's terminal (in raw mode) and
 //! that master, and copies window-size changes across.
 
-use std::io::IoSliceMut;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
 
 /// Is this descriptor a terminal?
 pub fn is_tty(fd: RawFd) -> bool {
@@ -44,23 +42,10 @@ pub fn recv_master(listener: &UnixListener, timeout: Duration) -> Result<OwnedFd
     };
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(timeout))?;
-    let mut buf = [0u8; 64];
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-    let msg = recvmsg::<UnixAddr>(
-        stream.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(|e| anyhow::anyhow!("terminal: receiving the pty master: {e}"))?;
-    for c in msg.cmsgs().map_err(|e| anyhow::anyhow!("terminal: {e}"))? {
-        if let ControlMessageOwned::ScmRights(fds) = c {
-            if let Some(&fd) = fds.first() {
-                // SAFETY: SCM_RIGHTS gave us a fresh descriptor that nothing else owns.
-                return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
-            }
-        }
+    let fds = crate::fdpass::recv_fds(stream.as_raw_fd())
+        .map_err(|e| anyhow::anyhow!("terminal: receiving the pty master: {e}"))?;
+    if let Some(master) = fds.into_iter().next() {
+        return Ok(master);
     }
     bail!("terminal: the sandbox sent no pty master")
 }

@@ -4,14 +4,12 @@
 //! drives libcontainer. It dies with the supervisor (PDEATHSIG); if it crashes, the sockets
 //! close and the sandbox's network is gone: it fails closed.
 
-use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
 use vetto_bundle::plan::{BrokerPlan, Listener, ListenerRole};
 
 /// The environment variable carrying the broker's spec (JSON).
@@ -50,25 +48,8 @@ pub fn receive(sock: &OwnedFd, want: usize, timeout: Duration) -> Result<Vec<Own
     if n != 1 {
         bail!("network: the sandbox did not hand over its listening sockets");
     }
-    let mut buf = [0u8; 64];
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let mut cmsg = nix::cmsg_space!([RawFd; 16]);
-    let msg = recvmsg::<UnixAddr>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(|e| anyhow::anyhow!("network: receiving the listening sockets: {e}"))?;
-    let mut out = vec![];
-    for c in msg.cmsgs().map_err(|e| anyhow::anyhow!("network: {e}"))? {
-        if let ControlMessageOwned::ScmRights(fds) = c {
-            for fd in fds {
-                // SAFETY: SCM_RIGHTS gave us fresh descriptors nothing else owns.
-                out.push(unsafe { OwnedFd::from_raw_fd(fd) });
-            }
-        }
-    }
+    let out = crate::fdpass::recv_fds(sock.as_raw_fd())
+        .map_err(|e| anyhow::anyhow!("network: receiving the listening sockets: {e}"))?;
     if out.len() != want {
         bail!(
             "network: expected {want} listening sockets from the sandbox, got {}",
