@@ -427,3 +427,31 @@ both!(publish_port_in_use_refuses_before_starting, |f| {
     assert!(!f.proj.join("ran").exists());
     assert!(f.leftover_sessions().is_empty());
 });
+
+both!(plain_http_through_the_proxy_needs_its_port_listed, |f| {
+    let dns = StubDns::start();
+    let (srv, hits) = http_server("127.0.0.2:0");
+    let port = srv.port();
+    dns.set("api.test.vetto", &["127.0.0.2"]);
+    dns.set("web.test.vetto", &["127.0.0.2"]);
+    let p = policy(
+        f,
+        &format!(
+            "[network]\nmode = \"allowlist\"\nallow = [\"api.test.vetto:{port}\", \"web.test.vetto\"]\nallow_cidrs = [\"127.0.0.2/32\"]\nresolver = \"{}\"\n",
+            dns.addr
+        ),
+    );
+    // curl sends plain http:// through HTTP_PROXY as an absolute-form request (no CONNECT).
+    let script = format!(
+        "curl -sS http://api.test.vetto:{port}/plain; echo; \
+         curl -sS -o /dev/null -w '%{{http_code}}\\n' http://web.test.vetto:{port}/ 2>/dev/null"
+    );
+    let o = f.run_sh(&["--policy", &p], &script);
+    assert_eq!(
+        out(&o),
+        "hello\n403\n",
+        "web.test.vetto is allowed on 443 only: {}",
+        err(&o)
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+});
