@@ -555,3 +555,35 @@ both!(project_inside_home_is_visible_and_home_stays_private, |f| {
     );
     assert!(app.join("made.txt").exists());
 });
+
+both!(stdin_pipes_through_and_sigpipe_is_default, |f| {
+    use std::io::Write;
+    let bin = f.bin.display().to_string();
+    let mut child = f
+        .command(
+            &[
+                &bin,
+                "run",
+                "--",
+                "/bin/sh",
+                "-c",
+                "read x; echo got:$x; yes | head -1",
+            ],
+            &f.base_env(),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"from-the-host\n")
+        .expect("w");
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(out(&o), "got:from-the-host\ny\n");
+    assert!(!err(&o).contains("Broken pipe"), "{}", err(&o));
+    assert!(o.status.success());
+});
