@@ -77,18 +77,6 @@ impl TrustStore {
             .is_some_and(|want| *want == sha256_hex(content))
     }
 
-    /// Is this file, with its current contents, trusted?
-    pub fn is_trusted(&self, file: &Path) -> Result<bool, PolicyError> {
-        let Some(want) = self.entries.get(file) else {
-            return Ok(false);
-        };
-        let have = sha256_file(file).map_err(|source| PolicyError::Read {
-            path: file.to_path_buf(),
-            source,
-        })?;
-        Ok(&have == want)
-    }
-
     /// Record a file's current digest. Returns the digest.
     pub fn record(&mut self, file: &Path) -> Result<String, PolicyError> {
         let canon = file.canonicalize().map_err(|source| PolicyError::Read {

@@ -10,7 +10,7 @@
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 use vetto_bundle::plan::Plan;
 
@@ -166,23 +166,8 @@ pub fn run(plan: &Plan, cfg: &InitConfig) -> Result<Infallible, InitError> {
         }
     }
     // Block the signals PID 1 handles; it reads them from a signalfd.
-    // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to our sigset.
-    unsafe { libc::sigemptyset(&mut set) };
-    for s in FORWARDED.iter().chain(&[libc::SIGCHLD]) {
-        // SAFETY: valid pointer, valid signal number.
-        unsafe { libc::sigaddset(&mut set, *s) };
-    }
-    // SAFETY: valid set pointer; the old mask is not needed.
-    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
-        return Err(os("sigprocmask")(std::io::Error::last_os_error()));
-    }
-    // SAFETY: valid set pointer; -1 creates a new descriptor.
-    let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
-    if sfd < 0 {
-        return Err(os("signalfd")(std::io::Error::last_os_error()));
-    }
+    let handled: Vec<libc::c_int> = FORWARDED.iter().copied().chain([libc::SIGCHLD]).collect();
+    let sfd = process::block_into_signalfd(&handled, libc::SFD_CLOEXEC).map_err(os("signalfd"))?;
     seccomp::install(&filter)?;
 
     // SAFETY: the init is single-threaded; the child only execs or _exits.
@@ -197,7 +182,7 @@ pub fn run(plan: &Plan, cfg: &InitConfig) -> Result<Infallible, InitError> {
         // SAFETY: closing our copy of the error pipe; the child keeps its own until exec.
         unsafe { libc::close(fd) };
     }
-    reap_loop(sfd, child)
+    reap_loop(sfd.as_raw_fd(), child)
 }
 
 /// Signals PID 1 forwards to the command's process group.
@@ -244,7 +229,8 @@ fn exec_child(file: &CString, argv: &[CString], envp: &[CString], cfg: &InitConf
     unsafe { libc::_exit(code) }
 }
 
-fn status_code(status: libc::c_int) -> i32 {
+/// The shell convention for a wait status: the exit code, or 128 + the signal that killed it.
+pub fn exit_status(status: libc::c_int) -> i32 {
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
@@ -281,7 +267,7 @@ fn reap_loop(sfd: RawFd, child: libc::pid_t) -> ! {
                 break;
             }
             if pid == child {
-                exit = Some(status_code(status));
+                exit = Some(exit_status(status));
             }
         }
         if let Some(code) = exit {

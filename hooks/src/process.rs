@@ -331,6 +331,37 @@ fn parse_caps(status: &str) -> Result<(u64, u64), ProcessError> {
     Ok((field("CapEff")?, field("CapBnd")?))
 }
 
+/// Blocks `signals` for the calling thread and returns a signalfd that delivers them
+/// (`flags`: `SFD_CLOEXEC`, `SFD_NONBLOCK`). Used by the sandbox's PID 1 and by the
+/// supervisor, which both read their signals in a loop instead of handling them.
+pub fn block_into_signalfd(
+    signals: &[libc::c_int],
+    flags: libc::c_int,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to our sigset.
+    unsafe { libc::sigemptyset(&mut set) };
+    for s in signals {
+        // SAFETY: valid pointer; an invalid signal number is rejected with EINVAL.
+        if unsafe { libc::sigaddset(&mut set, *s) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    // SAFETY: valid set pointer; the old mask is not needed.
+    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: valid set pointer; -1 creates a new descriptor.
+    let fd = unsafe { libc::signalfd(-1, &set, flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsRawFd;

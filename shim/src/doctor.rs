@@ -113,19 +113,10 @@ fn probe_seccomp() -> Probe {
 }
 
 fn cgroup_layout() -> (String, Probe) {
-    let fs_type = |p: &str| -> Option<i64> {
-        let c = std::ffi::CString::new(p).ok()?;
-        // SAFETY: statfs writes into a zeroed struct we own; the path is a valid C string.
-        let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: see above.
-        let r = unsafe { libc::statfs(c.as_ptr(), &mut s) };
-        (r == 0).then_some(s.f_type)
-    };
-    const CGROUP2_MAGIC: i64 = 0x6367_7270;
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    let layout = match fs_type("/sys/fs/cgroup") {
+    use crate::userns::{fs_magic, CGROUP2_MAGIC, TMPFS_MAGIC};
+    let layout = match fs_magic("/sys/fs/cgroup") {
         Some(CGROUP2_MAGIC) => "v2",
-        Some(TMPFS_MAGIC) if fs_type("/sys/fs/cgroup/unified") == Some(CGROUP2_MAGIC) => "hybrid",
+        Some(TMPFS_MAGIC) if fs_magic("/sys/fs/cgroup/unified") == Some(CGROUP2_MAGIC) => "hybrid",
         Some(TMPFS_MAGIC) => "v1",
         _ => "none",
     };

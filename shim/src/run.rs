@@ -108,28 +108,6 @@ const SUPERVISED: &[libc::c_int] = &[
     libc::SIGCHLD,
 ];
 
-fn block_signals() -> Result<OwnedFd> {
-    // SAFETY: sigset_t is plain data initialised by sigemptyset.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointers and signal numbers.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        for s in SUPERVISED {
-            libc::sigaddset(&mut set, *s);
-        }
-        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            bail!("sigprocmask: {}", std::io::Error::last_os_error());
-        }
-    }
-    // SAFETY: valid set; -1 creates a new descriptor.
-    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
-    if fd < 0 {
-        bail!("signalfd: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 fn copy(from: RawFd, to: RawFd) -> bool {
     let mut buf = [0u8; 16384];
     // SAFETY: reading into our buffer.
@@ -162,16 +140,6 @@ fn drain_once(from: RawFd, to: RawFd) -> bool {
     // SAFETY: writing from our buffer.
     unsafe { libc::write(to, buf.as_ptr().cast(), n as usize) };
     true
-}
-
-fn status_code(status: libc::c_int) -> u8 {
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status) as u8
-    } else if libc::WIFSIGNALED(status) {
-        (128 + libc::WTERMSIG(status)) as u8
-    } else {
-        1
-    }
 }
 
 /// Run the command; returns its exit status.
@@ -250,7 +218,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         // SAFETY: fresh descriptor.
         unsafe { OwnedFd::from_raw_fd(pidfd) }
     });
-    let sfd = block_signals()?;
+    let sfd = vetto_hooks::process::block_into_signalfd(
+        SUPERVISED,
+        libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+    )
+    .context("supervisor: signalfd")?;
     let exec = VettoExecutor {
         plan: t.plan.clone(),
         tty,
@@ -359,7 +331,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             Ok(EXIT_WALL_CLOCK)
         }
         Outcome::Exited(st) => {
-            let code = status_code(st);
+            let code = vetto_hooks::init::exit_status(st) as u8;
             if !msg.is_empty() {
                 if code == 126 || code == 127 {
                     eprintln!("vetto: {msg}");

@@ -24,7 +24,8 @@ fn write(path: &str, text: &str) -> Result<()> {
         .with_context(|| format!("writing {text:?} to {path}"))
 }
 
-fn fs_magic(path: &str) -> Option<i64> {
+/// The filesystem type (`statfs` f_type) at `path`.
+pub(crate) fn fs_magic(path: &str) -> Option<i64> {
     let c = std::ffi::CString::new(path).ok()?;
     // SAFETY: statfs writes into a zeroed struct we own; the path is a valid C string.
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
@@ -32,7 +33,10 @@ fn fs_magic(path: &str) -> Option<i64> {
     (unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0).then_some(s.f_type)
 }
 
-const CGROUP2_MAGIC: i64 = 0x6367_7270;
+/// `statfs` magic of cgroup2.
+pub(crate) const CGROUP2_MAGIC: i64 = 0x6367_7270;
+/// `statfs` magic of tmpfs (the cgroup v1 / hybrid root).
+pub(crate) const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// Bind `src` over `dst` read-only, keeping the flags the kernel locks in a user namespace.
 /// Read-only, libcontainer's cgroup manager gets EROFS for the cgroup it would create and

@@ -200,15 +200,21 @@ impl Fixture {
             env.retain(|(ek, _)| ek != k);
             env.push((k.to_string(), v.to_string()));
         }
+        self.run_command(flags, argv, &env)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run vetto")
+    }
+
+    /// The command `vetto run [flags] -- ARGV...` as this fixture's identity, not started
+    /// (for tests that signal, feed or watch it while it runs).
+    pub fn run_command(&self, flags: &[&str], argv: &[&str], env: &[(String, String)]) -> Command {
         let bin = self.bin.display().to_string();
         let mut full: Vec<&str> = vec![&bin, "run"];
         full.extend_from_slice(flags);
         full.push("--");
         full.extend_from_slice(argv);
-        self.command(&full, &env)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run vetto")
+        self.command(&full, env)
     }
 
     /// `vetto ARGS...` (not run), waited for.

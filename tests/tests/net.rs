@@ -310,10 +310,10 @@ both!(broker_crash_closes_the_network, |f| {
          while [ ! -e killed ]; do sleep 0.05; done; \
          curl -sS -m 5 -p http://api.test.vetto:{port}/ 2>/dev/null && echo REACHED || echo closed"
     );
-    let bin = f.bin.display().to_string();
     let child = f
-        .command(
-            &[&bin, "run", "--policy", &p, "--", "/bin/sh", "-c", &script],
+        .run_command(
+            &["--policy", &p],
+            &["/bin/sh", "-c", &script],
             &f.base_env(),
         )
         .stdin(std::process::Stdio::null())
@@ -372,21 +372,11 @@ both!(publish_exposes_a_sandbox_port_on_the_host_loopback, |f| {
         f,
         &format!("[network]\nmode = \"allowlist\"\npublish = [{port}]\n"),
     );
-    let bin = f.bin.display().to_string();
     let ps = port.to_string();
     let child = f
-        .command(
-            &[
-                &bin,
-                "run",
-                "--policy",
-                &p,
-                "--",
-                "/usr/bin/python3",
-                "-c",
-                SANDBOX_SERVER,
-                &ps,
-            ],
+        .run_command(
+            &["--policy", &p],
+            &["/usr/bin/python3", "-c", SANDBOX_SERVER, &ps],
             &f.base_env(),
         )
         .stdin(std::process::Stdio::null())

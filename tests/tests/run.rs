@@ -270,13 +270,9 @@ both!(supervisor_sigkill_kills_the_sandbox, |f| {
         "{}",
         5000 + (std::process::id() % 1000) + if f.mode == Mode::Root { 0 } else { 1000 }
     );
-    let bin = f.bin.display().to_string();
     let script = format!("sleep {tag}3");
     let mut child = f
-        .command(
-            &[&bin, "run", "--", "/bin/sh", "-c", &script],
-            &f.base_env(),
-        )
+        .run_command(&[], &["/bin/sh", "-c", &script], &f.base_env())
         .stdin(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
@@ -302,13 +298,10 @@ both!(exit_codes_and_signals_propagate, |f| {
         Some(127)
     );
     // A signal sent to vetto reaches the command.
-    let bin = f.bin.display().to_string();
     let mut child = f
-        .command(
+        .run_command(
+            &[],
             &[
-                &bin,
-                "run",
-                "--",
                 "/bin/bash",
                 "-c",
                 "trap 'exit 42' TERM; echo ready; sleep 100 & wait",
@@ -558,17 +551,10 @@ both!(project_inside_home_is_visible_and_home_stays_private, |f| {
 
 both!(stdin_pipes_through_and_sigpipe_is_default, |f| {
     use std::io::Write;
-    let bin = f.bin.display().to_string();
     let mut child = f
-        .command(
-            &[
-                &bin,
-                "run",
-                "--",
-                "/bin/sh",
-                "-c",
-                "read x; echo got:$x; yes | head -1",
-            ],
+        .run_command(
+            &[],
+            &["/bin/sh", "-c", "read x; echo got:$x; yes | head -1"],
             &f.base_env(),
         )
         .stdin(std::process::Stdio::piped())
