@@ -14,8 +14,10 @@ pub mod init;
 pub mod landlock;
 pub mod listen;
 pub mod netlo;
+pub mod oci_seccomp;
 pub mod process;
 pub mod seccomp;
+pub mod syscall_table;
 pub mod syscalls;
 
 #[cfg(test)]
