@@ -7,7 +7,10 @@ CARGO ?= cargo
 RELEASE_BIN := target/release/vetto
 DEBUG_BIN := target/debug/vetto
 
-.PHONY: build release install test unit integration bench lint demo man completions deps clean
+SHIM_RELEASE := target/release/vetto-shim
+SHIM_DEBUG := target/debug/vetto-shim
+
+.PHONY: build release install install-docker-runtime test e2e unit integration bench lint demo man completions deps clean
 
 build:
 	$(CARGO) build --workspace
@@ -18,12 +21,28 @@ release:
 install: release
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/vetto
+	install -m 0755 $(SHIM_RELEASE) $(DESTDIR)$(PREFIX)/bin/vetto-shim
+
+# Installs vetto-shim and registers it with the local dockerd as the runtimes "vetto"
+# (hardened with the default profile) and "vetto-plain" (no policy unless the container's
+# dev.vetto.policy annotation names one); then `docker run --runtime vetto ...`.
+install-docker-runtime: install
+	python3 scripts/docker-runtime.py $(DESTDIR)$(PREFIX)/bin/vetto-shim /etc/docker/daemon.json
+	@if pidof dockerd >/dev/null; then kill -HUP $$(pidof dockerd) && echo "dockerd reloaded"; else echo "start dockerd to use it"; fi
 
 # Unit tests, then the end-to-end tests (they run the real binary, as root and as an
 # unprivileged user).
 test: build
-	set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee target/test.log
-	@awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log
+	set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee target/test.log; \
+	  cargo_rc=$$?; \
+	  bash tests/oci/e2e.sh $(SHIM_DEBUG) 2>&1 | tee -a target/test.log; \
+	  e2e_rc=$$?; \
+	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log; \
+	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ]
+
+# vetto-shim driven by Podman, containerd and dockerd (root; also part of `make test`).
+e2e: build
+	bash tests/oci/e2e.sh $(SHIM_DEBUG)
 
 lint:
 	$(CARGO) fmt --all --check

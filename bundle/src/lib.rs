@@ -5,6 +5,7 @@
 //! [`translate::translate`] → an OCI `Spec` plus a [`plan::Plan`] for the in-container init.
 //! Nothing here makes a syscall beyond reading host facts.
 
+pub mod container;
 pub mod error;
 pub mod host;
 pub mod plan;

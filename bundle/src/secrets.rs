@@ -58,7 +58,7 @@ pub const SCAN_SKIP: &[&str] = &[".git", "node_modules", "target"];
 pub const SCAN_BUDGET: usize = 200_000;
 
 /// File or directory mask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MaskKind {
     /// `/dev/null` bound over it.

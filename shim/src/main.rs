@@ -1,17 +1,5 @@
 //! The `vetto` binary: the command line edge, where errors get their context.
 
-mod broker_cmd;
-mod cli;
-mod connect;
-mod doctor;
-mod engine;
-mod fdpass;
-mod policy_cmd;
-mod pty;
-mod run;
-mod session;
-mod sidecar;
-mod userns;
 
 use std::process::ExitCode;
 
@@ -19,7 +7,8 @@ use anyhow::Result;
 use clap::{CommandFactory, Parser};
 use tracing_subscriber::EnvFilter;
 
-use cli::{Cli, Command, PolicyCommand};
+use vetto::cli::{Cli, Command, PolicyCommand};
+use vetto::{broker_cmd, connect, doctor, policy_cmd, run};
 
 fn init_tracing(verbose: u8) {
     // libcontainer logs its own view of things vetto does differently (seccomp is applied by

@@ -1,0 +1,538 @@
+//! Hardening a foreign OCI bundle (Docker's, Podman's, containerd's) with a vetto policy, for
+//! `vetto-shim`.
+//!
+//! The caller's `config.json` stays as it is; [`harden`] edits a copy (plain JSON, so fields
+//! this crate does not model survive) and returns the [`ContainerPlan`] the container's init
+//! applies right before `execve`:
+//!
+//! - refused outright, every reason named at once: privileged capabilities, "all devices"
+//!   cgroup rules, the host's network or PID namespace, a bind of a container daemon's socket
+//!   (or of a directory holding one), a bind of the host's `/`, `/proc`, `/sys` or `/dev`;
+//! - `no_new_privs` on, environment filtered (the policy's `never_passes` names are dropped
+//!   unless `pass_through` names them; `set` is applied);
+//! - secrets found (by the policy's patterns) inside bind-mounted host directories are masked
+//!   at the matching path inside: `/dev/null` over files (not `nodev`: it must read empty), an empty read-only tmpfs over
+//!   directories; the policy's `protected` paths inside writable binds are bound read-only;
+//! - Landlock: everything readable and executable; writable only beneath mounts the bundle
+//!   mounts writable — tmpfs always, host binds as the policy's `project` access says — and
+//!   `/dev` for device I/O. The image's root filesystem is never writable;
+//! - vetto's seccomp deny-list, stacked on the bundle's own profile.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::error::{PolicyError, TranslateError};
+use crate::plan::{default_seccomp, FsAccess, LandlockPlan, LandlockRule, SeccompPlan};
+use crate::policy::ProjectAccess;
+use crate::resolve::{self, Inputs, Policy, TrustContext};
+use crate::secrets::{self, MaskKind};
+use crate::translate::never_passes;
+use crate::trust::TrustStore;
+
+/// The annotation that selects a policy for one container.
+pub const POLICY_ANNOTATION: &str = "dev.vetto.policy";
+
+/// Annotation value meaning "no hardening" (allowed only when the host does not require it).
+pub const NO_POLICY: &str = "none";
+
+/// Capabilities that make a container privileged: refused under any policy.
+pub const PRIVILEGED_CAPS: &[&str] = &[
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_TIME",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_BPF",
+    "CAP_PERFMON",
+    "CAP_MAC_ADMIN",
+    "CAP_MAC_OVERRIDE",
+    "CAP_SYSLOG",
+];
+
+/// Sockets of container daemons: whoever can reach one is root on the host.
+pub const DAEMON_SOCKETS: &[&str] = &[
+    "docker.sock",
+    "containerd.sock",
+    "podman.sock",
+    "crio.sock",
+    "buildkitd.sock",
+    "dockershim.sock",
+];
+
+/// Why a bundle cannot be hardened.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    /// The bundle's `config.json` does not have the expected shape.
+    #[error("config.json: {0}")]
+    Malformed(String),
+    /// The bundle asks for what the policy forbids.
+    #[error("refused by vetto policy \"{policy}\": {}", reasons.join("; "))]
+    Refused {
+        /// The policy's name or path.
+        policy: String,
+        /// Every reason.
+        reasons: Vec<String>,
+    },
+    /// The policy could not be loaded.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// Scanning for secrets failed.
+    #[error(transparent)]
+    Translate(#[from] TranslateError),
+}
+
+/// One mask added over a secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mask {
+    /// Path inside the container.
+    pub path: PathBuf,
+    /// File or directory.
+    pub kind: MaskKind,
+    /// The host path it hides.
+    pub host: PathBuf,
+}
+
+/// What the init applies in a hardened container (and in every process `exec`'d into it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerPlan {
+    /// The policy's name or path.
+    pub policy: String,
+    /// Landlock rules.
+    pub landlock: LandlockPlan,
+    /// vetto's seccomp deny-list.
+    pub seccomp: SeccompPlan,
+    /// Secrets masked.
+    pub masks: Vec<Mask>,
+    /// Environment variables removed.
+    pub env_removed: Vec<String>,
+}
+
+/// Resolve a policy the host controls: a built-in profile name, or an absolute path to a
+/// policy file. There is no project, so the trust handoff rule has nothing to guard.
+pub fn resolve_host_policy(selector: &str) -> Result<Policy, PolicyError> {
+    let inputs = if selector.starts_with('/') {
+        Inputs {
+            policy_file: Some(PathBuf::from(selector)),
+            ..Inputs::default()
+        }
+    } else {
+        if crate::profiles::text(selector).is_none() {
+            return Err(PolicyError::UnknownProfile(selector.to_string()));
+        }
+        Inputs {
+            profile_flag: Some(selector.to_string()),
+            ..Inputs::default()
+        }
+    };
+    // A project path no file can lie in.
+    let nowhere = Path::new("/\0vetto-shim-has-no-project");
+    let store = TrustStore::empty(PathBuf::new());
+    resolve::resolve(
+        &inputs,
+        &TrustContext {
+            project: nowhere,
+            store: &store,
+        },
+    )
+}
+
+fn strs(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn is_bind(m: &Value) -> bool {
+    m.get("type").and_then(Value::as_str) == Some("bind")
+        || strs(m.get("options"))
+            .iter()
+            .any(|o| o == "bind" || o == "rbind")
+}
+
+fn is_readonly(m: &Value) -> bool {
+    strs(m.get("options")).iter().any(|o| o == "ro")
+}
+
+fn beneath(path: &str, dir: &str) -> bool {
+    Path::new(path).starts_with(dir)
+}
+
+/// Everything in the bundle that no policy allows.
+pub fn refusals(spec: &Value) -> Vec<String> {
+    let mut out = vec![];
+    let caps = spec.pointer("/process/capabilities");
+    let mut held: Vec<String> = vec![];
+    for set in ["bounding", "effective", "permitted", "inheritable", "ambient"] {
+        for c in strs(caps.and_then(|c| c.get(set))) {
+            if PRIVILEGED_CAPS.contains(&c.as_str()) && !held.contains(&c) {
+                held.push(c);
+            }
+        }
+    }
+    if !held.is_empty() {
+        out.push(format!(
+            "a privileged container (capabilities {})",
+            held.join(", ")
+        ));
+    }
+    for d in spec
+        .pointer("/linux/resources/devices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let allow = d.get("allow").and_then(Value::as_bool) == Some(true);
+        let any_type = d.get("type").and_then(Value::as_str).is_none_or(|t| t == "a");
+        let any_dev = d.get("major").is_none() && d.get("minor").is_none();
+        if allow && any_type && any_dev {
+            out.push("a privileged container (every device allowed)".into());
+            break;
+        }
+    }
+    let ns: Vec<&Value> = spec
+        .pointer("/linux/namespaces")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    for (kind, what) in [("network", "network"), ("pid", "PID"), ("mount", "mount")] {
+        match ns
+            .iter()
+            .find(|n| n.get("type").and_then(Value::as_str) == Some(kind))
+        {
+            None => out.push(format!("the host's {what} namespace")),
+            Some(n) => {
+                let p = n.get("path").and_then(Value::as_str).unwrap_or("");
+                if p == format!("/proc/1/ns/{}", if kind == "network" { "net" } else { kind })
+                    || p == "/proc/self/ns/net"
+                {
+                    out.push(format!("the host's {what} namespace ({p})"));
+                }
+            }
+        }
+    }
+    for m in spec
+        .get("mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if !is_bind(m) {
+            continue;
+        }
+        let src = m.get("source").and_then(Value::as_str).unwrap_or("");
+        let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
+        let path = Path::new(src);
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if DAEMON_SOCKETS.contains(&name) {
+            out.push(format!("a bind of the container daemon socket {src} (at {dst})"));
+        } else if path.is_dir() {
+            let holds = DAEMON_SOCKETS
+                .iter()
+                .chain(&["docker/docker.sock", "containerd/containerd.sock"])
+                .find(|s| path.join(s).exists());
+            if let Some(s) = holds {
+                out.push(format!(
+                    "a bind of {src} (at {dst}), which holds the container daemon socket {s}"
+                ));
+            }
+        }
+        let clean: PathBuf = path.components().collect();
+        if ["/", "/proc", "/sys", "/dev"]
+            .iter()
+            .any(|h| clean == Path::new(h))
+        {
+            out.push(format!("a bind of the host's {src} (at {dst})"));
+        }
+    }
+    out
+}
+
+/// Relative path with no `..` (policy paths are relative to a bind's root).
+fn relative_inside(rel: &str) -> Option<PathBuf> {
+    let p = Path::new(rel);
+    p.components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        .then(|| p.to_path_buf())
+}
+
+/// Harden `spec` (the JSON of a bundle's `config.json`) in place with `policy`.
+pub fn harden(
+    spec: &mut Value,
+    policy: &Policy,
+    policy_name: &str,
+    home: &Path,
+) -> Result<ContainerPlan, ContainerError> {
+    if !spec.is_object() {
+        return Err(ContainerError::Malformed("not a JSON object".into()));
+    }
+    let reasons = refusals(spec);
+    if !reasons.is_empty() {
+        return Err(ContainerError::Refused {
+            policy: policy_name.to_string(),
+            reasons,
+        });
+    }
+    let process = spec
+        .get_mut("process")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| ContainerError::Malformed("no `process`".into()))?;
+    process.insert("noNewPrivileges".into(), Value::Bool(true));
+
+    // Environment.
+    let pass: Vec<&str> = policy
+        .pass_through
+        .iter()
+        .map(|s| s.value.as_str())
+        .collect();
+    let mut env_removed = vec![];
+    let mut env: Vec<String> = vec![];
+    for kv in strs(process.get("env")) {
+        let name = kv.split('=').next().unwrap_or("");
+        if never_passes(name) && !pass.contains(&name) {
+            env_removed.push(name.to_string());
+        } else if !policy.env_set.contains_key(name) {
+            env.push(kv);
+        }
+    }
+    for (k, v) in &policy.env_set {
+        env.push(format!("{k}={}", v.value));
+    }
+    process.insert("env".into(), json!(env));
+
+    // Masks and protected paths beneath host binds; Landlock rules from the mounts.
+    let patterns: Vec<_> = policy
+        .secret_files
+        .iter()
+        .chain(&policy.secret_dirs)
+        .chain(&policy.secret_globs)
+        .collect();
+    let mut rules = vec![
+        LandlockRule {
+            path: "/".into(),
+            access: FsAccess::ReadExec,
+            optional: false,
+        },
+        LandlockRule {
+            path: "/dev".into(),
+            access: FsAccess::Device,
+            optional: true,
+        },
+    ];
+    let mounts: Vec<Value> = spec
+        .get("mounts")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut extra: Vec<Value> = vec![];
+    let mut masks: Vec<Mask> = vec![];
+    for m in &mounts {
+        let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
+        if !dst.starts_with('/') || beneath(dst, "/proc") || beneath(dst, "/sys") {
+            continue;
+        }
+        let writable = !is_readonly(m);
+        let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
+        if is_bind(m) {
+            let src = PathBuf::from(m.get("source").and_then(Value::as_str).unwrap_or(""));
+            if src.is_dir() {
+                for found in secrets::scan(&patterns, home, &src)? {
+                    let Ok(rel) = found.path.strip_prefix(&src) else {
+                        continue; // a symlink's target outside the bind: not visible here
+                    };
+                    let inside = Path::new(dst).join(rel);
+                    extra.push(match found.kind {
+                        MaskKind::File => json!({
+                            "destination": inside, "type": "bind", "source": "/dev/null",
+                            "options": ["bind", "ro", "nosuid", "noexec"]
+                        }),
+                        MaskKind::Dir => json!({
+                            "destination": inside, "type": "tmpfs", "source": "tmpfs",
+                            "options": ["ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k"]
+                        }),
+                    });
+                    masks.push(Mask {
+                        path: inside,
+                        kind: found.kind,
+                        host: found.path.clone(),
+                    });
+                }
+                if writable && policy.project.value != ProjectAccess::Read {
+                    for p in &policy.protected {
+                        let Some(rel) = relative_inside(&p.value) else {
+                            continue;
+                        };
+                        let host = src.join(&rel);
+                        if host.symlink_metadata().is_ok() && !host.is_symlink() {
+                            extra.push(json!({
+                                "destination": Path::new(dst).join(&rel), "type": "bind",
+                                "source": host, "options": ["rbind", "ro"]
+                            }));
+                        }
+                    }
+                }
+            }
+            if writable {
+                let access = match policy.project.value {
+                    ProjectAccess::Write => Some(FsAccess::ReadWrite),
+                    ProjectAccess::WriteNoDelete => Some(FsAccess::ReadWriteNoDelete),
+                    ProjectAccess::Read => None,
+                };
+                if let Some(access) = access {
+                    rules.push(LandlockRule {
+                        path: dst.into(),
+                        access,
+                        optional: false,
+                    });
+                    if access == FsAccess::ReadWriteNoDelete {
+                        for s in &policy.scratch {
+                            if let Some(rel) = relative_inside(&s.value) {
+                                rules.push(LandlockRule {
+                                    path: Path::new(dst).join(rel),
+                                    access: FsAccess::ReadWrite,
+                                    optional: true,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        } else if ty == "tmpfs" && writable && dst != "/dev" {
+            rules.push(LandlockRule {
+                path: dst.into(),
+                access: FsAccess::ReadWrite,
+                optional: false,
+            });
+        }
+    }
+    if let Some(arr) = spec.get_mut("mounts").and_then(Value::as_array_mut) {
+        arr.extend(extra);
+    } else if !extra.is_empty() {
+        spec["mounts"] = Value::Array(extra);
+    }
+
+    Ok(ContainerPlan {
+        policy: policy_name.to_string(),
+        landlock: LandlockPlan {
+            rules,
+            min_abi: 1,
+            // Signal and abstract-socket scoping would cut the container off from its own
+            // runtime's signals only if they crossed the domain; they do not (the runtime is
+            // outside, signals *into* the domain are unaffected).
+            scope: true,
+        },
+        seccomp: default_seccomp(),
+        masks,
+        env_removed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base(mounts: Value) -> Value {
+        json!({
+            "ociVersion": "1.0.2",
+            "process": {"args": ["sh"], "cwd": "/", "env": ["PATH=/bin", "GH_TOKEN=x", "AWS_SECRET_ACCESS_KEY=y", "HOME=/root"],
+                "capabilities": {"bounding": ["CAP_CHOWN", "CAP_KILL"], "effective": ["CAP_CHOWN"]}},
+            "root": {"path": "rootfs"},
+            "mounts": mounts,
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "mount"}, {"type": "ipc"}]}
+        })
+    }
+
+    #[test]
+    fn privileged_and_host_namespaces_are_refused_with_every_reason() {
+        let mut s = base(json!([]));
+        s["process"]["capabilities"]["bounding"] = json!(["CAP_SYS_ADMIN", "CAP_CHOWN"]);
+        s["linux"]["namespaces"] = json!([{"type": "mount"}, {"type": "pid", "path": "/proc/1/ns/pid"}]);
+        s["linux"]["resources"] = json!({"devices": [{"allow": true, "access": "rwm"}]});
+        let r = refusals(&s);
+        let all = r.join("\n");
+        assert!(all.contains("CAP_SYS_ADMIN"), "{all}");
+        assert!(all.contains("every device"), "{all}");
+        assert!(all.contains("host's network namespace"), "{all}");
+        assert!(all.contains("host's PID namespace (/proc/1/ns/pid)"), "{all}");
+        let policy = resolve_host_policy("default").expect("policy");
+        let e = harden(&mut s, &policy, "default", Path::new("/nonexistent")).expect_err("refused");
+        assert!(e.to_string().starts_with("refused by vetto policy \"default\": a privileged container"), "{e}");
+    }
+
+    #[test]
+    fn daemon_sockets_and_host_root_binds_are_refused() {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::write(dir.path().join("docker.sock"), "").expect("sock stand-in");
+        let s = base(json!([
+            {"destination": "/var/run/docker.sock", "type": "bind", "source": "/var/run/docker.sock", "options": ["rbind"]},
+            {"destination": "/host-run", "type": "bind", "source": dir.path(), "options": ["rbind"]},
+            {"destination": "/host", "source": "/", "options": ["rbind", "ro"]}
+        ]));
+        let all = refusals(&s).join("\n");
+        assert!(all.contains("daemon socket /var/run/docker.sock"), "{all}");
+        assert!(all.contains("which holds the container daemon socket docker.sock"), "{all}");
+        assert!(all.contains("host's / (at /host)"), "{all}");
+    }
+
+    #[test]
+    fn harden_masks_secrets_in_binds_filters_env_and_limits_writes() {
+        let ws = tempfile::tempdir().expect("tmp");
+        std::fs::write(ws.path().join(".env"), "TOKEN=1").expect("env");
+        std::fs::create_dir_all(ws.path().join(".git/hooks")).expect("git");
+        std::fs::create_dir_all(ws.path().join("sub/.aws")).expect("aws");
+        let mut s = base(json!([
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]},
+            {"destination": "/workspace", "type": "bind", "source": ws.path(), "options": ["rbind", "rw"]},
+            {"destination": "/ro", "type": "bind", "source": ws.path(), "options": ["rbind", "ro"]}
+        ]));
+        let policy = resolve_host_policy("default").expect("policy");
+        let plan = harden(&mut s, &policy, "default", Path::new("/nonexistent")).expect("harden");
+        assert_eq!(s["process"]["noNewPrivileges"], json!(true));
+        let env = strs(s.pointer("/process/env"));
+        assert!(env.contains(&"PATH=/bin".to_string()));
+        assert!(!env.iter().any(|e| e.starts_with("GH_TOKEN") || e.starts_with("AWS_")));
+        assert_eq!(plan.env_removed, vec!["GH_TOKEN", "AWS_SECRET_ACCESS_KEY"]);
+        let masked: Vec<String> = plan.masks.iter().map(|m| m.path.display().to_string()).collect();
+        assert!(masked.contains(&"/workspace/.env".to_string()), "{masked:?}");
+        assert!(masked.contains(&"/ro/.env".to_string()), "{masked:?}");
+        let mounts = s["mounts"].as_array().expect("mounts");
+        assert!(mounts.iter().any(|m| m["destination"] == json!("/workspace/.env") && m["source"] == json!("/dev/null")));
+        assert!(mounts.iter().any(|m| m["destination"] == json!("/workspace/.git/hooks") && strs(m.get("options")).contains(&"ro".to_string())));
+        // Nothing protected is added under the read-only bind.
+        assert!(!mounts.iter().any(|m| m["destination"] == json!("/ro/.git/hooks")));
+        let writable: Vec<String> = plan
+            .landlock
+            .rules
+            .iter()
+            .filter(|r| r.access != FsAccess::ReadExec && r.access != FsAccess::Device)
+            .map(|r| r.path.display().to_string())
+            .collect();
+        assert!(writable.contains(&"/tmp".to_string()));
+        assert!(!writable.iter().any(|p| p == "/" || p.starts_with("/ro") || p == "/proc"), "{writable:?}");
+        assert!(writable.iter().any(|p| p == "/workspace"), "{writable:?}");
+    }
+
+    #[test]
+    fn read_only_profile_leaves_binds_unwritable_and_unknown_profile_is_named() {
+        let ws = tempfile::tempdir().expect("tmp");
+        let mut s = base(json!([
+            {"destination": "/workspace", "type": "bind", "source": ws.path(), "options": ["rbind"]}
+        ]));
+        let policy = resolve_host_policy("read-only").expect("policy");
+        let plan = harden(&mut s, &policy, "read-only", Path::new("/nonexistent")).expect("harden");
+        assert!(!plan.landlock.rules.iter().any(|r| r.path == Path::new("/workspace")));
+        let e = resolve_host_policy("no-such-profile").expect_err("unknown");
+        assert!(e.to_string().contains("no-such-profile"), "{e}");
+        let e = resolve_host_policy("/nonexistent/policy.toml").expect_err("missing file");
+        assert!(e.to_string().contains("/nonexistent/policy.toml"), "{e}");
+    }
+}

@@ -1,0 +1,18 @@
+//! vetto's runtime edge: the `vetto` command line (sandboxed sessions, policy tools, the
+//! broker sidecar) and `vetto-shim`, the OCI runtime Docker, Podman and containerd drive
+//! ([`oci`]). Both binaries are thin `main`s over this library; libcontainer is reached only
+//! through [`engine`] and [`oci`].
+
+pub mod broker_cmd;
+pub mod cli;
+pub mod connect;
+pub mod doctor;
+pub mod engine;
+pub mod fdpass;
+pub mod oci;
+pub mod policy_cmd;
+pub mod pty;
+pub mod run;
+pub mod session;
+pub mod sidecar;
+pub mod userns;

@@ -1,0 +1,84 @@
+//! What runs inside a `vetto-shim` container's init (and every `exec`'d process) after
+//! libcontainer's setup: Landlock (hardened containers), the bundle's own seccomp profile,
+//! vetto's deny-list (hardened), then `execvp`.
+//!
+//! Everything is compiled in the runtime process before the clone, so a bad profile fails
+//! `create`, not the container. Landlock is applied in `validate()`, which runs before the
+//! init reports ready: a kernel that refuses it fails `create` with the reason. The seccomp
+//! filters are installed in `exec()`, the last step before `execve`, as runc does.
+
+use std::ffi::CString;
+
+use libcontainer::oci_spec::runtime::Spec;
+use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
+use seccompiler::BpfProgram;
+use vetto_bundle::plan::LandlockPlan;
+use vetto_hooks::oci_seccomp::{self, CompiledProfile};
+use vetto_hooks::{landlock, seccomp};
+
+/// The in-container half of `vetto-shim`.
+#[derive(Clone, Default)]
+pub struct OciExecutor {
+    /// Landlock rules (hardened containers).
+    pub landlock: Option<LandlockPlan>,
+    /// The bundle's own seccomp profile.
+    pub profile: Option<CompiledProfile>,
+    /// vetto's deny-list (hardened containers), stacked on the profile.
+    pub deny_list: Option<BpfProgram>,
+}
+
+fn fail(msg: String) -> ExecutorError {
+    eprintln!("vetto-shim: {msg}");
+    ExecutorError::Other(msg)
+}
+
+impl Executor for OciExecutor {
+    fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
+        let args = spec
+            .process()
+            .as_ref()
+            .and_then(|p| p.args().as_ref())
+            .filter(|a| !a.is_empty());
+        if args.is_none() {
+            return Err(ExecutorValidationError::ArgValidationError(
+                "process.args is empty".into(),
+            ));
+        }
+        if let Some(plan) = &self.landlock {
+            landlock::apply(plan).map_err(|e| {
+                ExecutorValidationError::ArgValidationError(format!("Landlock: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
+        let args = spec
+            .process()
+            .as_ref()
+            .and_then(|p| p.args().clone())
+            .unwrap_or_default();
+        let argv = args
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| fail("process.args contains a NUL byte".into()))?;
+        let file = argv.first().cloned().ok_or(ExecutorError::InvalidArg)?;
+        if let Some(p) = &self.profile {
+            oci_seccomp::install(p).map_err(|e| fail(e.to_string()))?;
+        }
+        if let Some(f) = &self.deny_list {
+            seccomp::install(f).map_err(|e| fail(format!("vetto seccomp deny-list: {e}")))?;
+        }
+        // PATH is the container's: libcontainer's setup_envs replaced the environment.
+        let err = match nix::unistd::execvp(&file, &argv) {
+            Ok(never) => match never {},
+            Err(e) => e,
+        };
+        Err(fail(format!(
+            "exec {:?}: {}",
+            args.first().map(String::as_str).unwrap_or(""),
+            err.desc()
+        )))
+    }
+}

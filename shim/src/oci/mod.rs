@@ -1,0 +1,681 @@
+//! `vetto-shim`: a runc-compatible OCI runtime on the same embedded libcontainer as
+//! `vetto run`, for Docker (`"runtimes"` in `daemon.json`), Podman (`--runtime`), containerd
+//! (the runc v2 shim's `BinaryName`, `ctr run --runc-binary`) and Kubernetes `RuntimeClass`.
+//!
+//! Without a policy it behaves as a plain OCI runtime (plus one thing libcontainer without
+//! libseccomp would not do: the bundle's seccomp profile is honoured, see
+//! [`vetto_hooks::oci_seccomp`]). With a policy — the `dev.vetto.policy` annotation, or
+//! `default_policy` in `/etc/vetto/shim.toml` — the bundle is hardened first
+//! ([`vetto_bundle::container`]): refused if privileged, secrets in bind mounts masked,
+//! environment filtered, Landlock and vetto's seccomp deny-list applied inside.
+//!
+//! Containers outlive this process (the caller's shim or conmon reaps them); nothing here
+//! arms PDEATHSIG. Errors go to `--log` in the caller's format and to stderr.
+
+mod executor;
+mod log;
+mod prepare;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::container::{Container, ContainerStatus};
+use libcontainer::signal::Signal;
+use libcontainer::syscall::syscall::SyscallType;
+use liboci_cli::{CommonCmd, GlobalOpts, StandardCmd};
+use serde_json::{json, Value};
+
+use self::log::Logger;
+use self::prepare::{shim_dir, ShimState};
+
+/// Errors of `vetto-shim`.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// A file could not be read or written.
+    #[error("{what}: {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Malformed input (config.json, process.json, shim.toml, an annotation).
+    #[error("{0}")]
+    Config(String),
+    /// The container does not exist (containerd and Docker match on "does not exist").
+    #[error("container \"{0}\" does not exist")]
+    NotFound(String),
+    /// The id is taken.
+    #[error("container \"{0}\" already exists")]
+    Exists(String),
+    /// The id is not usable as a directory name.
+    #[error("invalid container id {0:?}: use letters, digits, '_', '-', '.', '+' (not starting with '.')")]
+    BadId(String),
+    /// Not supported by this runtime.
+    #[error("{0} is not supported by vetto-shim")]
+    Unsupported(&'static str),
+    /// The policy refused the bundle, or could not be loaded.
+    #[error(transparent)]
+    Container(#[from] vetto_bundle::container::ContainerError),
+    /// The policy could not be loaded.
+    #[error(transparent)]
+    Policy(#[from] vetto_bundle::PolicyError),
+    /// The bundle's seccomp profile.
+    #[error(transparent)]
+    Seccomp(#[from] vetto_hooks::oci_seccomp::OciSeccompError),
+    /// libcontainer failed.
+    #[error("{step}: {source}")]
+    Runtime {
+        /// Which step.
+        step: &'static str,
+        /// libcontainer's error.
+        source: libcontainer::error::LibcontainerError,
+    },
+    /// Listing a container's processes failed.
+    #[error("listing the container's processes: {0}")]
+    Cgroup(String),
+}
+
+fn rt(step: &'static str) -> impl FnOnce(libcontainer::error::LibcontainerError) -> OciError {
+    move |source| OciError::Runtime { step, source }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "vetto-shim",
+    version,
+    about = "OCI runtime with vetto's hardening (runc-compatible command line)",
+    after_help = "Policy: annotation dev.vetto.policy=<profile|/abs/policy.toml|none>, or default_policy in /etc/vetto/shim.toml ($VETTO_SHIM_CONFIG)."
+)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalOpts,
+    /// Accepted for runc compatibility (rootless mode is detected from the user id).
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true")]
+    rootless: Option<String>,
+    /// Policy for every container this runtime entry starts, unless its annotation names
+    /// another one; set by the host (Docker's `runtimeArgs`, a wrapper). It cannot be turned
+    /// off by an annotation: `dev.vetto.policy=none` is then refused.
+    #[arg(long, value_name = "PROFILE|/ABS/POLICY.toml")]
+    vetto_policy: Option<String>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    #[command(flatten)]
+    Standard(StandardCmd),
+    #[command(flatten)]
+    Common(CommonCmd),
+}
+
+/// The state root: `--root`, else `/run/vetto-shim` for root, else
+/// `$XDG_RUNTIME_DIR/vetto-shim` (or `/tmp/vetto-shim-UID`).
+fn state_root(g: &GlobalOpts) -> Result<PathBuf, OciError> {
+    let root = match &g.root {
+        Some(r) => r.clone(),
+        None => {
+            // SAFETY: geteuid has no arguments and cannot fail.
+            let uid = unsafe { libc::geteuid() };
+            if uid == 0 {
+                PathBuf::from("/run/vetto-shim")
+            } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+                PathBuf::from(x).join("vetto-shim")
+            } else {
+                PathBuf::from(format!("/tmp/vetto-shim-{uid}"))
+            }
+        }
+    };
+    std::fs::create_dir_all(&root).map_err(|source| OciError::Io {
+        what: "creating the state root",
+        path: root.clone(),
+        source,
+    })?;
+    Ok(root)
+}
+
+fn check_id(id: &str) -> Result<(), OciError> {
+    let ok = !id.is_empty()
+        && id.len() <= 1024
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '+'));
+    if ok {
+        Ok(())
+    } else {
+        Err(OciError::BadId(id.to_string()))
+    }
+}
+
+fn load(root: &Path, id: &str) -> Result<Container, OciError> {
+    check_id(id)?;
+    let dir = root.join(id);
+    if !dir.join("state.json").exists() {
+        return Err(OciError::NotFound(id.to_string()));
+    }
+    let mut c = Container::load(dir).map_err(rt("loading the container state"))?;
+    c.refresh_status().map_err(rt("refreshing the container status"))?;
+    Ok(c)
+}
+
+fn status_str(s: ContainerStatus) -> &'static str {
+    match s {
+        ContainerStatus::Creating => "creating",
+        ContainerStatus::Created => "created",
+        ContainerStatus::Running => "running",
+        ContainerStatus::Stopped => "stopped",
+        ContainerStatus::Paused => "paused",
+    }
+}
+
+/// The OCI state of a container (runtime spec "State", plus runc's `rootfs`/`created`).
+fn state_json(root: &Path, c: &Container) -> Value {
+    let shim = ShimState::load(root, c.id()).ok();
+    let status = status_str(c.status());
+    let pid = match c.status() {
+        ContainerStatus::Stopped => 0,
+        _ => c.pid().map_or(0, |p| p.as_raw()),
+    };
+    let mut annotations = c.state.annotations.clone().unwrap_or_default();
+    if let Some(p) = shim.as_ref().and_then(|s| s.plan.as_ref()) {
+        annotations
+            .entry(vetto_bundle::container::POLICY_ANNOTATION.to_string())
+            .or_insert_with(|| p.policy.clone());
+    }
+    json!({
+        "ociVersion": "1.0.2",
+        "id": c.id(),
+        "status": status,
+        "pid": pid,
+        "bundle": shim.as_ref().map_or_else(|| c.bundle().clone(), |s| s.bundle.clone()),
+        "rootfs": shim.as_ref().map(|s| s.rootfs.clone()),
+        "created": c.created().map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)),
+        "owner": "",
+        "annotations": annotations,
+    })
+}
+
+/// Removes what a failed `create` left: libcontainer's state and the shadow bundle.
+fn cleanup(root: &Path, id: &str) {
+    if let Ok(mut c) = Container::load(root.join(id)) {
+        let _ = c.delete(true);
+    }
+    let _ = std::fs::remove_dir_all(root.join(id));
+    let _ = std::fs::remove_dir_all(shim_dir(root, id));
+}
+
+struct CreateArgs<'a> {
+    id: &'a str,
+    bundle: &'a Path,
+    console_socket: Option<&'a Path>,
+    pid_file: Option<&'a Path>,
+    preserve_fds: i32,
+    no_pivot: bool,
+}
+
+fn create(
+    g: &GlobalOpts,
+    host_policy: Option<&str>,
+    log: &Logger,
+    a: &CreateArgs<'_>,
+) -> Result<Container, OciError> {
+    if g.systemd_cgroup {
+        return Err(OciError::Unsupported(
+            "the systemd cgroup driver (--systemd-cgroup); use cgroupfs",
+        ));
+    }
+    check_id(a.id)?;
+    let root = state_root(g)?;
+    if root.join(a.id).exists() || shim_dir(&root, a.id).exists() {
+        return Err(OciError::Exists(a.id.to_string()));
+    }
+    let prepared = prepare::prepare(a.id, a.bundle, &root, host_policy)?;
+    log.debug(&format!("create {}: {}", a.id, prepared.summary));
+    if prepared.state.nnp_forced {
+        log.warn("no_new_privs set so the bundle's seccomp profile can be installed without CAP_SYS_ADMIN");
+    }
+    let built = ContainerBuilder::new(a.id.to_string(), SyscallType::default())
+        .with_root_path(&root)
+        .map_err(rt("state root"))
+        .and_then(|b| b.with_pid_file(a.pid_file).map_err(rt("pid file")))
+        .and_then(|b| {
+            b.with_executor(prepared.executor)
+                .with_console_socket(a.console_socket)
+                .with_preserved_fds(a.preserve_fds)
+                .validate_id()
+                .map_err(rt("container id"))
+        })
+        .and_then(|b| {
+            b.as_init(&prepared.dir)
+                .with_systemd(false)
+                .with_detach(true)
+                .with_no_pivot(a.no_pivot)
+                .build()
+                .map_err(rt("create"))
+        });
+    match built {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            cleanup(&root, a.id);
+            Err(e)
+        }
+    }
+}
+
+fn wait_exit(pid: i32) -> u8 {
+    let mut status = 0;
+    loop {
+        // SAFETY: status is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return u8::try_from(vetto_hooks::init::exit_status(status)).unwrap_or(255);
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return 255;
+        }
+    }
+}
+
+fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciError> {
+    let root = state_root(g)?;
+    let c = load(&root, &a.container_id)?;
+    if !c.can_exec() {
+        return Err(OciError::Config(format!(
+            "container \"{}\" is {}: cannot exec",
+            a.container_id,
+            status_str(c.status())
+        )));
+    }
+    let shim = ShimState::load(&root, &a.container_id)?;
+    let executor = shim.executor()?;
+    let mut env: HashMap<String, String> = a.env.into_iter().collect();
+    let dropped = prepare::filter_env(&shim, &mut env);
+    if !dropped.is_empty() {
+        log.debug(&format!("exec: environment removed by policy: {}", dropped.join(", ")));
+    }
+    // A process.json gets the same treatment as the init: no_new_privs where the filters
+    // need it, environment filtered.
+    let mut process_path = a.process.clone();
+    let mut tmp: Option<PathBuf> = None;
+    if let Some(p) = &a.process {
+        let text = std::fs::read_to_string(p).map_err(|source| OciError::Io {
+            what: "reading the process file",
+            path: p.clone(),
+            source,
+        })?;
+        let mut v: Value = serde_json::from_str(&text)
+            .map_err(|e| OciError::Config(format!("{}: {e}", p.display())))?;
+        if shim.needs_nnp() {
+            let has_admin = v
+                .pointer("/capabilities/effective")
+                .and_then(Value::as_array)
+                .is_some_and(|a| a.iter().any(|c| c == "CAP_SYS_ADMIN"));
+            if !has_admin {
+                v["noNewPrivileges"] = Value::Bool(true);
+            }
+        }
+        if shim.plan.is_some() {
+            if let Some(list) = v.get("env").and_then(Value::as_array).cloned() {
+                let mut m: HashMap<String, String> = list
+                    .iter()
+                    .filter_map(|e| e.as_str())
+                    .filter_map(|e| e.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                prepare::filter_env(&shim, &mut m);
+                v["env"] = json!(list
+                    .iter()
+                    .filter_map(|e| e.as_str())
+                    .filter(|e| m.contains_key(e.split('=').next().unwrap_or("")))
+                    .collect::<Vec<_>>());
+            }
+        }
+        // SAFETY: getpid has no arguments.
+        let path = shim_dir(&root, &a.container_id).join(format!("exec-{}.json", unsafe { libc::getpid() }));
+        std::fs::write(&path, v.to_string()).map_err(|source| OciError::Io {
+            what: "writing the process file",
+            path: path.clone(),
+            source,
+        })?;
+        process_path = Some(path.clone());
+        tmp = Some(path);
+    }
+    let mut b = ContainerBuilder::new(a.container_id.clone(), SyscallType::default())
+        .with_root_path(&root)
+        .map_err(rt("state root"))?
+        .with_pid_file(a.pid_file.as_ref())
+        .map_err(rt("pid file"))?
+        .with_console_socket(a.console_socket.as_ref())
+        .with_preserved_fds(a.preserve_fds)
+        .with_executor(executor)
+        .validate_id()
+        .map_err(rt("container id"))?
+        .as_tenant()
+        .with_detach(a.detach)
+        .with_cwd(a.cwd.as_ref())
+        .with_env(env)
+        .with_process(process_path.as_ref())
+        .with_container_args(a.command.clone())
+        .with_additional_gids(a.additional_gids.clone())
+        .with_user(a.user.map(|(u, _)| u))
+        .with_group(a.user.and_then(|(_, g)| g))
+        .with_ignore_paused(a.ignore_paused)
+        .with_sub_cgroup(a.cgroup.clone());
+    if a.no_new_privs || (a.process.is_none() && shim.needs_nnp()) {
+        b = b.with_no_new_privs(true);
+    }
+    if !a.cap.is_empty() {
+        b = b.with_capabilities(a.cap.clone());
+    }
+    let built = b.build();
+    if let Some(t) = tmp {
+        let _ = std::fs::remove_file(t);
+    }
+    let pid = built.map_err(rt("exec"))?;
+    if a.detach {
+        return Ok(0);
+    }
+    Ok(wait_exit(pid.as_raw()))
+}
+
+fn ps(root: &Path, a: &liboci_cli::Ps) -> Result<(), OciError> {
+    use libcgroups::common::{CgroupConfig, CgroupManager};
+    let c = load(root, &a.container_id)?;
+    let cfg = c.spec().map_err(rt("reading the container's config"))?;
+    let mgr = libcgroups::common::create_cgroup_manager(CgroupConfig {
+        cgroup_path: cfg.cgroup_path.clone(),
+        systemd_cgroup: false,
+        container_name: a.container_id.clone(),
+    })
+    .map_err(|e| OciError::Cgroup(e.to_string()))?;
+    let pids = mgr.get_all_pids().map_err(|e| OciError::Cgroup(e.to_string()))?;
+    let pids: Vec<i32> = pids.iter().map(|p| p.as_raw()).collect();
+    if a.format == "json" {
+        println!("{}", json!(pids));
+    } else {
+        println!("PID\tCMD");
+        for p in pids {
+            let cmd = std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                .unwrap_or_default()
+                .replace('\0', " ");
+            println!("{p}\t{}", cmd.trim_end());
+        }
+    }
+    Ok(())
+}
+
+fn list(root: &Path, a: &liboci_cli::List) -> Result<(), OciError> {
+    let mut rows = vec![];
+    if let Ok(rd) = std::fs::read_dir(root) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with('.') {
+                continue;
+            }
+            if let Ok(c) = load(root, &name) {
+                rows.push(state_json(root, &c));
+            }
+        }
+    }
+    rows.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    if a.format == "json" {
+        println!("{}", Value::Array(rows));
+    } else if a.quiet {
+        for r in rows {
+            println!("{}", r["id"].as_str().unwrap_or(""));
+        }
+    } else {
+        println!("ID\tPID\tSTATUS\tBUNDLE\tCREATED");
+        for r in rows {
+            println!(
+                "{}\t{}\t{}\t{}\t{}",
+                r["id"].as_str().unwrap_or(""),
+                r["pid"],
+                r["status"].as_str().unwrap_or(""),
+                r["bundle"].as_str().unwrap_or(""),
+                r["created"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Ok(())
+}
+
+fn features() -> Value {
+    json!({
+        "ociVersionMin": "1.0.0",
+        "ociVersionMax": "1.2.0",
+        "hooks": ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"],
+        "mountOptions": ["ro", "rw", "bind", "rbind", "nosuid", "nodev", "noexec", "private", "rprivate", "shared", "rshared", "slave", "rslave"],
+        "linux": {
+            "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
+            "capabilities": vetto_bundle::container::PRIVILEGED_CAPS,
+            "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
+            "seccomp": {
+                "enabled": true,
+                "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD", "SCMP_ACT_LOG", "SCMP_ACT_TRACE", "SCMP_ACT_TRAP"],
+                "operators": ["SCMP_CMP_EQ", "SCMP_CMP_GE", "SCMP_CMP_GT", "SCMP_CMP_LE", "SCMP_CMP_LT", "SCMP_CMP_MASKED_EQ", "SCMP_CMP_NE"],
+                "archs": ["SCMP_ARCH_X86_64"]
+            },
+            "apparmor": {"enabled": false},
+            "selinux": {"enabled": false}
+        },
+        "annotations": {
+            "dev.vetto.policy": "a built-in profile name, an absolute path to a host-owned policy file, or \"none\"",
+            "org.opencontainers.runc.version": "compatible command line; not runc"
+        }
+    })
+}
+
+fn spec_cmd(a: &liboci_cli::Spec) -> Result<(), OciError> {
+    let dir = a.bundle.clone().unwrap_or_else(|| PathBuf::from("."));
+    let path = dir.join("config.json");
+    if path.exists() {
+        return Err(OciError::Config(format!(
+            "{} exists: remove it first",
+            path.display()
+        )));
+    }
+    let mut spec = serde_json::to_value(libcontainer::oci_spec::runtime::Spec::default())
+        .map_err(|e| OciError::Config(e.to_string()))?;
+    spec["process"]["terminal"] = Value::Bool(false);
+    if a.rootless {
+        // SAFETY: getuid/getgid have no arguments and cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let linux = &mut spec["linux"];
+        if let Some(ns) = linux["namespaces"].as_array_mut() {
+            ns.retain(|n| n["type"] != "network");
+            ns.push(json!({"type": "user"}));
+        }
+        linux["uidMappings"] = json!([{"containerID": 0, "hostID": uid, "size": 1}]);
+        linux["gidMappings"] = json!([{"containerID": 0, "hostID": gid, "size": 1}]);
+        if let Some(r) = linux.as_object_mut() {
+            r.remove("resources");
+        }
+        if let Some(ms) = spec["mounts"].as_array_mut() {
+            for m in ms.iter_mut() {
+                if let Some(opts) = m["options"].as_array_mut() {
+                    opts.retain(|o| o != "gid=5");
+                }
+            }
+            ms.retain(|m| m["destination"] != "/sys");
+            ms.push(json!({"destination": "/sys", "type": "none", "source": "/sys", "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]}));
+        }
+    }
+    let text = serde_json::to_string_pretty(&spec).map_err(|e| OciError::Config(e.to_string()))?;
+    std::fs::write(&path, text).map_err(|source| OciError::Io {
+        what: "writing config.json",
+        path,
+        source,
+    })
+}
+
+fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
+    let g = &cli.global;
+    let host_policy = cli.vetto_policy.as_deref();
+    match cli.cmd {
+        Cmd::Standard(StandardCmd::Create(a)) => {
+            create(
+                g,
+                host_policy,
+                log,
+                &CreateArgs {
+                    id: &a.container_id,
+                    bundle: &a.bundle,
+                    console_socket: a.console_socket.as_deref(),
+                    pid_file: a.pid_file.as_deref(),
+                    preserve_fds: a.preserve_fds,
+                    no_pivot: a.no_pivot,
+                },
+            )?;
+        }
+        Cmd::Standard(StandardCmd::Start(a)) => {
+            let mut c = load(&state_root(g)?, &a.container_id)?;
+            c.start().map_err(rt("start"))?;
+        }
+        Cmd::Standard(StandardCmd::State(a)) => {
+            let root = state_root(g)?;
+            let c = load(&root, &a.container_id)?;
+            let text = serde_json::to_string_pretty(&state_json(&root, &c))
+                .map_err(|e| OciError::Config(e.to_string()))?;
+            println!("{text}");
+        }
+        Cmd::Standard(StandardCmd::Kill(a)) => {
+            let mut c = load(&state_root(g)?, &a.container_id)?;
+            let sig = Signal::try_from(a.signal.as_str())
+                .map_err(|e| OciError::Config(format!("signal {:?}: {e}", a.signal)))?;
+            c.kill(sig, a.all).map_err(rt("kill"))?;
+        }
+        Cmd::Standard(StandardCmd::Delete(a)) => {
+            let root = state_root(g)?;
+            check_id(&a.container_id)?;
+            match load(&root, &a.container_id) {
+                Ok(mut c) => {
+                    c.delete(a.force).map_err(rt("delete"))?;
+                    let _ = std::fs::remove_dir_all(shim_dir(&root, &a.container_id));
+                }
+                Err(OciError::NotFound(_)) if a.force => {
+                    let _ = std::fs::remove_dir_all(shim_dir(&root, &a.container_id));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Cmd::Common(CommonCmd::Run(a)) => {
+            let mut c = create(
+                g,
+                host_policy,
+                log,
+                &CreateArgs {
+                    id: &a.container_id,
+                    bundle: &a.bundle,
+                    console_socket: a.console_socket.as_deref(),
+                    pid_file: a.pid_file.as_deref(),
+                    preserve_fds: a.preserve_fds,
+                    no_pivot: a.no_pivot,
+                },
+            )?;
+            let root = state_root(g)?;
+            if let Err(e) = c.start() {
+                cleanup(&root, &a.container_id);
+                return Err(rt("start")(e));
+            }
+            if a.detach {
+                return Ok(0);
+            }
+            let code = wait_exit(c.pid().map_or(-1, |p| p.as_raw()));
+            if !a.keep {
+                let _ = c.delete(true);
+                let _ = std::fs::remove_dir_all(shim_dir(&root, &a.container_id));
+            }
+            return Ok(code);
+        }
+        Cmd::Common(CommonCmd::Exec(a)) => return exec(g, log, a),
+        Cmd::Common(CommonCmd::Ps(a)) => ps(&state_root(g)?, &a)?,
+        Cmd::Common(CommonCmd::Pause(a)) => {
+            load(&state_root(g)?, &a.container_id)?
+                .pause()
+                .map_err(rt("pause"))?;
+        }
+        Cmd::Common(CommonCmd::Resume(a)) => {
+            load(&state_root(g)?, &a.container_id)?
+                .resume()
+                .map_err(rt("resume"))?;
+        }
+        Cmd::Common(CommonCmd::List(a)) => list(&state_root(g)?, &a)?,
+        Cmd::Common(CommonCmd::Features(_)) => println!("{:#}", features()),
+        Cmd::Common(CommonCmd::Spec(a)) => spec_cmd(&a)?,
+        Cmd::Common(CommonCmd::Events(_)) => return Err(OciError::Unsupported("events")),
+        Cmd::Common(CommonCmd::Update(_)) => return Err(OciError::Unsupported("update")),
+        Cmd::Common(CommonCmd::Checkpointt(_)) => {
+            return Err(OciError::Unsupported("checkpoint"))
+        }
+    }
+    Ok(0)
+}
+
+/// Finds `--log`/`--log-format` in raw arguments, for errors before parsing succeeds.
+fn raw_log_args(args: &[String]) -> (Option<PathBuf>, Option<String>) {
+    let mut log = None;
+    let mut fmt = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--log=") {
+            log = Some(PathBuf::from(v));
+        } else if a == "--log" || a == "-l" {
+            log = it.next().map(PathBuf::from);
+        } else if let Some(v) = a.strip_prefix("--log-format=") {
+            fmt = Some(v.to_string());
+        } else if a == "--log-format" {
+            fmt = it.next().cloned();
+        }
+    }
+    (log, fmt)
+}
+
+/// Entry point of the `vetto-shim` binary.
+pub fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let (path, fmt) = raw_log_args(&args);
+            Logger::open(path.as_deref(), fmt.as_deref(), false)
+                .error(e.to_string().lines().next().unwrap_or("bad arguments"));
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+    };
+    // SAFETY: restoring one default disposition before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if std::env::var_os("VETTO_SHIM_TRACE").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+            .try_init();
+    }
+    let log = Logger::open(
+        cli.global.log.as_deref(),
+        cli.global.log_format.as_deref(),
+        cli.global.debug,
+    );
+    match dispatch(cli, &log) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            log.error(&e.to_string());
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! `create`'s first half: read the caller's bundle, choose the policy, harden a copy of
+//! `config.json`, compile the seccomp filters, and write the copy (the "shadow bundle") and
+//! vetto's own record of the container under the state root. libcontainer is then pointed at
+//! the shadow bundle; the caller's bundle is never modified.
+//!
+//! State layout under `--root`: `<id>/` is libcontainer's; `.vetto/<id>/config.json` is the
+//! shadow bundle and `.vetto/<id>/vetto.json` the [`ShimState`].
+
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use libcontainer::oci_spec::runtime::{LinuxSeccomp, Spec};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use vetto_bundle::container::{self, ContainerPlan, NO_POLICY, POLICY_ANNOTATION};
+use vetto_hooks::oci_seccomp;
+
+use super::executor::OciExecutor;
+use super::OciError;
+
+/// The host's defaults, `/etc/vetto/shim.toml` (or `$VETTO_SHIM_CONFIG`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// Policy for containers without the annotation: a profile name or an absolute path.
+    pub default_policy: Option<String>,
+    /// Refuse containers that ask for no policy (`dev.vetto.policy=none`).
+    #[serde(default)]
+    pub require_policy: bool,
+}
+
+/// The host configuration file's path.
+pub fn host_config_path() -> PathBuf {
+    std::env::var_os("VETTO_SHIM_CONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/etc/vetto/shim.toml"))
+}
+
+impl HostConfig {
+    /// Loads the file if it exists; a malformed file is an error naming it.
+    pub fn load() -> Result<HostConfig, OciError> {
+        let path = host_config_path();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text).map_err(|e| {
+                OciError::Config(format!("{}: {}", path.display(), e.message().trim()))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HostConfig::default()),
+            Err(e) => Err(OciError::Io {
+                what: "reading the host configuration",
+                path,
+                source: e,
+            }),
+        }
+    }
+}
+
+/// vetto's record of one container (`.vetto/<id>/vetto.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShimState {
+    /// The caller's bundle directory.
+    pub bundle: PathBuf,
+    /// The root filesystem (absolute).
+    pub rootfs: PathBuf,
+    /// The hardening applied, if any.
+    pub plan: Option<ContainerPlan>,
+    /// The bundle's own seccomp profile.
+    pub seccomp: Option<LinuxSeccomp>,
+    /// `no_new_privs` was switched on so the profile could be installed without
+    /// `CAP_SYS_ADMIN`.
+    pub nnp_forced: bool,
+    /// Environment names the policy lets through although they look secret.
+    pub pass_through: Vec<String>,
+}
+
+/// vetto's directory for one container.
+pub fn shim_dir(root: &Path, id: &str) -> PathBuf {
+    root.join(".vetto").join(id)
+}
+
+impl ShimState {
+    /// Reads the record of `id`.
+    pub fn load(root: &Path, id: &str) -> Result<ShimState, OciError> {
+        let path = shim_dir(root, id).join("vetto.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                OciError::NotFound(id.to_string())
+            } else {
+                OciError::Io {
+                    what: "reading the container record",
+                    path: path.clone(),
+                    source: e,
+                }
+            }
+        })?;
+        serde_json::from_str(&text)
+            .map_err(|e| OciError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// The executor for the init or an `exec`'d process.
+    pub fn executor(&self) -> Result<OciExecutor, OciError> {
+        let profile = self
+            .seccomp
+            .as_ref()
+            .map(oci_seccomp::compile)
+            .transpose()?;
+        let (landlock, deny_list) = match &self.plan {
+            Some(p) => (
+                Some(p.landlock.clone()),
+                Some(vetto_hooks::seccomp::compile(&p.seccomp).map_err(|e| {
+                    OciError::Config(format!("vetto seccomp deny-list: {e}"))
+                })?),
+            ),
+            None => (None, None),
+        };
+        Ok(OciExecutor {
+            landlock,
+            profile,
+            deny_list,
+        })
+    }
+
+    /// Does a process without `CAP_SYS_ADMIN` need `no_new_privs` to get its filters?
+    pub fn needs_nnp(&self) -> bool {
+        self.plan.is_some() || self.seccomp.is_some()
+    }
+}
+
+/// Which policy applies: the annotation, else the host default, else none.
+pub fn select_policy(
+    annotations: Option<&serde_json::Map<String, Value>>,
+    host: &HostConfig,
+) -> Result<Option<String>, OciError> {
+    let asked = annotations
+        .and_then(|a| a.get(POLICY_ANNOTATION))
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| OciError::Config(format!("annotation {POLICY_ANNOTATION} is not a string")))
+        })
+        .transpose()?;
+    let chosen = match asked {
+        Some(a) if a == NO_POLICY => {
+            if host.require_policy {
+                return Err(OciError::Config(format!(
+                    "annotation {POLICY_ANNOTATION}={NO_POLICY}: this host requires a policy (--vetto-policy, or require_policy in {})",
+                    host_config_path().display()
+                )));
+            }
+            None
+        }
+        Some(a) => Some(a),
+        None => host.default_policy.clone(),
+    };
+    if let Some(sel) = &chosen {
+        if sel.starts_with('/') {
+            check_host_owned(Path::new(sel))?;
+        } else if sel.contains('/') || vetto_bundle::profiles::text(sel).is_none() {
+            return Err(OciError::Config(format!(
+                "{POLICY_ANNOTATION}={sel:?}: not a profile ({}) nor an absolute path",
+                vetto_bundle::profiles::PROFILES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    Ok(chosen)
+}
+
+/// A policy file named by path must be one the host controls: a regular file owned by root
+/// (or the runtime's user), in a directory likewise, neither writable by group or others.
+fn check_host_owned(path: &Path) -> Result<(), OciError> {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let bad = |why: String| OciError::Config(format!("policy file {}: {why}", path.display()));
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    for (what, m) in [
+        ("file", Some(meta)),
+        (
+            "directory",
+            path.parent().and_then(|d| std::fs::metadata(d).ok()),
+        ),
+    ] {
+        let Some(m) = m else {
+            return Err(bad("its directory cannot be read".into()));
+        };
+        if m.uid() != 0 && m.uid() != me {
+            return Err(bad(format!("the {what} is owned by uid {}, not by the host", m.uid())));
+        }
+        if m.permissions().mode() & 0o022 != 0 {
+            return Err(bad(format!("the {what} is writable by group or others")));
+        }
+    }
+    Ok(())
+}
+
+fn home_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"))
+}
+
+fn caps_hold(spec: &Value, cap: &str) -> bool {
+    ["bounding", "effective", "permitted"].iter().all(|set| {
+        spec.pointer(&format!("/process/capabilities/{set}"))
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|c| c == cap))
+    })
+}
+
+/// What `create` hands libcontainer.
+pub struct Prepared {
+    /// The shadow bundle directory.
+    pub dir: PathBuf,
+    /// vetto's record.
+    pub state: ShimState,
+    /// The executor.
+    pub executor: OciExecutor,
+    /// The policy applied (for the log).
+    pub summary: String,
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), OciError> {
+    use std::io::Write;
+    let io = |source| OciError::Io {
+        what: "writing the shadow bundle",
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io)?;
+    f.write_all(bytes).map_err(io)
+}
+
+/// Reads and hardens the caller's bundle, writes the shadow bundle.
+pub fn prepare(
+    id: &str,
+    bundle: &Path,
+    root: &Path,
+    runtime_policy: Option<&str>,
+) -> Result<Prepared, OciError> {
+    let bundle = bundle.canonicalize().map_err(|source| OciError::Io {
+        what: "opening the bundle",
+        path: bundle.to_path_buf(),
+        source,
+    })?;
+    let cfg_path = bundle.join("config.json");
+    let text = std::fs::read_to_string(&cfg_path).map_err(|source| OciError::Io {
+        what: "reading the bundle's config.json",
+        path: cfg_path.clone(),
+        source,
+    })?;
+    let mut spec: Value = serde_json::from_str(&text)
+        .map_err(|e| OciError::Config(format!("{}: {e}", cfg_path.display())))?;
+    // The typed model libcontainer will use must accept it too.
+    let typed: Spec = serde_json::from_value(spec.clone())
+        .map_err(|e| OciError::Config(format!("{}: {e}", cfg_path.display())))?;
+
+    let mut host = HostConfig::load()?;
+    if let Some(p) = runtime_policy {
+        host.default_policy = Some(p.to_string());
+        host.require_policy = true;
+    }
+    let selector = select_policy(spec.get("annotations").and_then(Value::as_object), &host)?;
+    let mut pass_through = vec![];
+    let plan = match &selector {
+        Some(sel) => {
+            let policy = container::resolve_host_policy(sel)?;
+            pass_through = policy.pass_through.iter().map(|s| s.value.clone()).collect();
+            Some(container::harden(&mut spec, &policy, sel, &home_dir())?)
+        }
+        None => None,
+    };
+
+    // Root filesystem: absolute, so the shadow bundle can live elsewhere.
+    let root_rel = typed
+        .root()
+        .as_ref()
+        .map(|r| r.path().clone())
+        .ok_or_else(|| OciError::Config(format!("{}: no `root`", cfg_path.display())))?;
+    let rootfs = bundle.join(root_rel);
+    spec["root"]["path"] = Value::String(rootfs.display().to_string());
+
+    // Never an empty cgroupsPath: libcontainer would then use (and on delete, kill) the
+    // caller's own cgroup.
+    if spec.pointer("/linux/cgroupsPath").and_then(Value::as_str).is_none_or(str::is_empty) {
+        if let Some(linux) = spec.get_mut("linux").and_then(Value::as_object_mut) {
+            linux.insert("cgroupsPath".into(), Value::String(format!("/vetto-shim/{id}")));
+        }
+    }
+
+    // Seccomp: compiled now (a bad profile fails here), installed by the init.
+    let seccomp = typed.linux().as_ref().and_then(|l| l.seccomp().clone());
+    if let Some(s) = &seccomp {
+        oci_seccomp::compile(s)?;
+    }
+    let mut nnp_forced = false;
+    let nnp = spec.pointer("/process/noNewPrivileges").and_then(Value::as_bool) == Some(true);
+    if (seccomp.is_some() || plan.is_some()) && !nnp && !caps_hold(&spec, "CAP_SYS_ADMIN") {
+        if let Some(p) = spec.get_mut("process").and_then(Value::as_object_mut) {
+            p.insert("noNewPrivileges".into(), Value::Bool(true));
+            nnp_forced = true;
+        }
+    }
+
+    let state = ShimState {
+        bundle: bundle.clone(),
+        rootfs,
+        plan,
+        seccomp,
+        nnp_forced,
+        pass_through,
+    };
+    let executor = state.executor()?;
+    let summary = match &state.plan {
+        Some(p) => format!(
+            "policy {:?}: {} Landlock rules, {} secrets masked, {} environment variables removed",
+            p.policy,
+            p.landlock.rules.len(),
+            p.masks.len(),
+            p.env_removed.len()
+        ),
+        None => "no vetto policy: plain OCI behaviour".into(),
+    };
+
+    let dir = shim_dir(root, id);
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| OciError::Io {
+            what: "creating the state root",
+            path: parent.to_path_buf(),
+            source,
+        })?;
+        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700));
+    }
+    std::fs::create_dir(&dir).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::AlreadyExists {
+            OciError::Exists(id.to_string())
+        } else {
+            OciError::Io {
+                what: "creating the shadow bundle",
+                path: dir.clone(),
+                source,
+            }
+        }
+    })?;
+    let body = serde_json::to_vec_pretty(&spec).map_err(|e| OciError::Config(e.to_string()))?;
+    let rec = serde_json::to_vec_pretty(&state).map_err(|e| OciError::Config(e.to_string()))?;
+    let written = write_private(&dir.join("config.json"), &body)
+        .and_then(|()| write_private(&dir.join("vetto.json"), &rec));
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
+    }
+    Ok(Prepared {
+        dir,
+        state,
+        executor,
+        summary,
+    })
+}
+
+/// Environment of an `exec`'d process filtered as the policy filters the init's.
+pub fn filter_env(state: &ShimState, env: &mut HashMap<String, String>) -> Vec<String> {
+    if state.plan.is_none() {
+        return vec![];
+    }
+    let drop: Vec<String> = env
+        .keys()
+        .filter(|k| {
+            vetto_bundle::translate::never_passes(k) && !state.pass_through.contains(*k)
+        })
+        .cloned()
+        .collect();
+    for k in &drop {
+        env.remove(k);
+    }
+    drop
+}

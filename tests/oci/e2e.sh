@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# End-to-end tests of vetto-shim driven by the real clients from Debian's packages: Podman,
+# containerd (ctr) and dockerd. Every daemon gets private roots, state directories and sockets
+# under one temporary directory, and everything is stopped and removed at the end.
+#
+# usage: tests/oci/e2e.sh [path/to/vetto-shim]      (as root; `make e2e`, part of `make test`)
+#
+# The image is built here with no registry: busybox (package busybox-static) and a static
+# probe (tests/oci/probe.c) in a rootfs tarball, `podman import`ed, `podman save`d as a
+# docker-archive for containerd and dockerd.
+#
+# The last line has the shape of cargo's summary ("test result: ok. N passed; M failed") so
+# `make test` counts these tests with the others.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+SHIM=$(realpath "${1:-$here/../../target/debug/vetto-shim}")
+if [ "$(id -u)" -ne 0 ]; then
+  echo "tests/oci/e2e.sh: run as root (it starts containerd and dockerd)" >&2
+  exit 1
+fi
+for tool in podman containerd ctr dockerd docker busybox gcc; do
+  command -v "$tool" >/dev/null || { echo "e2e: $tool is missing (make deps)" >&2; exit 1; }
+done
+
+WORK=$(mktemp -d /tmp/vetto-e2e.XXXXXX)
+chmod 755 "$WORK"
+LOGS=$WORK/logs
+mkdir -p "$LOGS"
+pass=0
+fail=0
+failed=()
+
+ok() { pass=$((pass + 1)); echo "test oci::$1 ... ok"; }
+bad() {
+  fail=$((fail + 1)); failed+=("$1"); echo "test oci::$1 ... FAILED"
+  shift
+  [ $# -gt 0 ] && printf '    %s\n' "$@"
+}
+# expect NAME WANT OUTPUT: OUTPUT contains every line of WANT (fixed strings).
+expect() {
+  local name=$1 want=$2 out=$3 line
+  while IFS= read -r line; do
+    if ! grep -qF -- "$line" <<<"$out"; then
+      bad "$name" "missing: $line" "output was:" "$out"
+      return
+    fi
+  done <<<"$want"
+  ok "$name"
+}
+# refute NAME UNWANTED OUTPUT
+refute() {
+  if grep -qF -- "$2" <<<"$3"; then bad "$1" "unexpected: $2" "output was:" "$3"; else ok "$1"; fi
+}
+
+pids_to_stop=()
+cleanup() {
+  set +e
+  if [ -n "${PODMAN[*]:-}" ]; then "${PODMAN[@]}" rm -af -t 0 >/dev/null 2>&1; fi
+  for p in "${pids_to_stop[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids_to_stop[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$p" 2>/dev/null
+  done
+  # Anything still mounted under the work directory (snapshots, netns, shm).
+  grep -F " $WORK" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do
+    umount -l "$m" 2>/dev/null
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# --- image ---------------------------------------------------------------------------------
+rootfs=$WORK/rootfs
+mkdir -p "$rootfs"/{bin,etc,tmp,proc,sys,dev,root,run,workspace}
+cp "$(command -v busybox)" "$rootfs/bin/busybox"
+for a in $("$rootfs/bin/busybox" --list); do [ -e "$rootfs/bin/$a" ] || ln -s busybox "$rootfs/bin/$a"; done
+gcc -static -O2 -o "$rootfs/bin/probe" "$here/probe.c" || { echo "e2e: cannot build the probe" >&2; exit 1; }
+echo 'root:x:0:0:root:/root:/bin/sh' >"$rootfs/etc/passwd"
+echo 'root:x:0:' >"$rootfs/etc/group"
+tar -C "$rootfs" -cf "$WORK/rootfs.tar" .
+
+# A workspace a developer would bind-mount: a secret, code, a git hook directory.
+ws=$WORK/workspace
+mkdir -p "$ws/.git/hooks"
+echo 'API_KEY=hunter2' >"$ws/.env"
+echo 'print(1)' >"$ws/main.py"
+
+# A stand-in for a container daemon's socket (a real listening unix socket).
+python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])" "$WORK/docker.sock"
+
+UL=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=32768:32768)
+HARD_CHECK='echo "env=[$(cat /workspace/.env)]"; echo "token=[$GH_TOKEN]"
+echo x >/etc/vetto-e2e 2>/dev/null && echo "etc=writable" || echo "etc=denied"
+echo x >/workspace/out.txt && echo "workspace=writable"
+echo x >/workspace/.git/hooks/pre-commit 2>/dev/null && echo "hooks=writable" || echo "hooks=denied"
+probe ptrace; grep Seccomp_filters /proc/self/status'
+
+# --- Podman --------------------------------------------------------------------------------
+PODMAN=(podman --root "$WORK/podman/root" --runroot "$WORK/podman/run" --storage-driver vfs
+  --runtime "$SHIM" --cgroup-manager cgroupfs --events-backend file --tmpdir "$WORK/podman/tmp")
+if "${PODMAN[@]}" import "$WORK/rootfs.tar" localhost/vetto-e2e:latest >"$LOGS/podman-import" 2>&1 &&
+  "${PODMAN[@]}" save --format docker-archive -o "$WORK/image.tar" localhost/vetto-e2e:latest >>"$LOGS/podman-import" 2>&1; then
+  ok podman_import_and_save
+else
+  bad podman_import_and_save "$(cat "$LOGS/podman-import")"
+fi
+P=("${PODMAN[@]}" run --rm --network none "${UL[@]}")
+
+out=$("${P[@]}" localhost/vetto-e2e sh -c 'echo hello; probe ptrace; grep Seccomp_filters /proc/self/status' 2>&1)
+expect podman_plain_run_honours_the_bundle_seccomp_profile $'hello\nptrace: allowed\nSeccomp_filters:\t1' "$out"
+
+out=$("${P[@]}" --annotation dev.vetto.policy=default -e GH_TOKEN=ghp_secret -v "$ws:/workspace" \
+  localhost/vetto-e2e sh -c "$HARD_CHECK" 2>&1)
+expect podman_hardened_run $'env=[]\ntoken=[]\netc=denied\nworkspace=writable\nhooks=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
+[ "$(cat "$ws/.env")" = "API_KEY=hunter2" ] && [ -f "$ws/out.txt" ] && ok podman_hardened_host_side_intact \
+  || bad podman_hardened_host_side_intact "the host's .env changed or out.txt is missing"
+rm -f "$ws/out.txt"
+
+if "${PODMAN[@]}" run -d --name e2e-d --network none "${UL[@]}" --annotation dev.vetto.policy=default \
+  -v "$ws:/workspace" localhost/vetto-e2e sleep 300 >"$LOGS/podman-d" 2>&1; then
+  ok podman_run_detached
+  out=$("${PODMAN[@]}" exec -e GH_TOKEN=x e2e-d sh -c "$HARD_CHECK" 2>&1)
+  expect podman_exec_is_hardened_too $'env=[]\ntoken=[]\netc=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
+  "${PODMAN[@]}" pause e2e-d >/dev/null 2>&1
+  st=$("${PODMAN[@]}" inspect -f '{{.State.Status}}' e2e-d 2>&1)
+  [ "$st" = paused ] && ok podman_pause || bad podman_pause "status: $st"
+  "${PODMAN[@]}" unpause e2e-d >/dev/null 2>&1
+  st=$("${PODMAN[@]}" inspect -f '{{.State.Status}}' e2e-d 2>&1)
+  [ "$st" = running ] && ok podman_unpause || bad podman_unpause "status: $st"
+  "${PODMAN[@]}" rm -f -t 0 e2e-d >/dev/null 2>&1
+  if "${PODMAN[@]}" container exists e2e-d || pgrep -f 'sleep 300' >/dev/null; then
+    bad podman_rm_force "container or its process still there"
+  else
+    ok podman_rm_force
+  fi
+else
+  bad podman_run_detached "$(cat "$LOGS/podman-d")"
+fi
+
+out=$("${P[@]}" --annotation dev.vetto.policy=default --privileged localhost/vetto-e2e true 2>&1)
+expect podman_privileged_is_refused 'refused by vetto policy "default": a privileged container' "$out"
+out=$("${PODMAN[@]}" run --rm --network host "${UL[@]}" --annotation dev.vetto.policy=default localhost/vetto-e2e true 2>&1)
+expect podman_host_network_is_refused "the host's network namespace" "$out"
+out=$("${P[@]}" --annotation dev.vetto.policy=default -v "$WORK/docker.sock:/var/run/docker.sock" localhost/vetto-e2e true 2>&1)
+expect podman_daemon_socket_bind_is_refused "a bind of the container daemon socket $WORK/docker.sock" "$out"
+out=$("${P[@]}" --annotation dev.vetto.policy=../etc/x localhost/vetto-e2e true 2>&1)
+expect podman_bad_policy_annotation_is_named 'dev.vetto.policy="../etc/x": not a profile' "$out"
+left=$(ls -A /run/vetto-shim/.vetto 2>/dev/null; ls -A "$WORK/podman/run" 2>/dev/null | grep -c vetto)
+refute podman_refusals_leave_no_state "e2e" "$left"
+
+# --- containerd ----------------------------------------------------------------------------
+CTD=$WORK/containerd
+mkdir -p "$CTD"
+cat >"$CTD/config.toml" <<EOF
+version = 2
+root = "$CTD/root"
+state = "$CTD/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "$CTD/containerd.sock"
+[ttrpc]
+  address = "$CTD/containerd.sock.ttrpc"
+[debug]
+  address = "$CTD/debug.sock"
+EOF
+containerd --config "$CTD/config.toml" >"$LOGS/containerd" 2>&1 &
+pids_to_stop+=($!)
+CTR=(ctr -a "$CTD/containerd.sock")
+for _ in $(seq 1 50); do "${CTR[@]}" version >/dev/null 2>&1 && break; sleep 0.2; done
+if "${CTR[@]}" images import --snapshotter native "$WORK/image.tar" >"$LOGS/ctr-import" 2>&1; then
+  ok containerd_import
+else
+  bad containerd_import "$(cat "$LOGS/containerd" "$LOGS/ctr-import")"
+fi
+R=("${CTR[@]}" run --snapshotter native --runc-binary "$SHIM")
+img=localhost/vetto-e2e:latest
+
+out=$("${R[@]}" --rm --seccomp "$img" c-plain sh -c 'echo hello; grep Seccomp_filters /proc/self/status' 2>&1)
+expect containerd_plain_run $'hello\nSeccomp_filters:\t1' "$out"
+
+out=$("${R[@]}" --rm --seccomp --label dev.vetto.policy=default --env GH_TOKEN=ghp_x \
+  --mount "type=bind,src=$ws,dst=/workspace,options=rbind:rw" "$img" c-hard sh -c "$HARD_CHECK" 2>&1)
+expect containerd_hardened_run $'env=[]\ntoken=[]\netc=denied\nworkspace=writable\nhooks=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
+rm -f "$ws/out.txt"
+
+if "${R[@]}" -d --seccomp --label dev.vetto.policy=default "$img" c-d sleep 300 >"$LOGS/ctr-d" 2>&1; then
+  ok containerd_run_detached
+  out=$("${CTR[@]}" task exec --exec-id e1 c-d sh -c 'probe ptrace; echo exec-ran' 2>&1)
+  expect containerd_exec $'ptrace: Operation not permitted\nexec-ran' "$out"
+  pid=$("${CTR[@]}" task ls 2>/dev/null | awk '$1 == "c-d" {print $2}')
+  out=$("${CTR[@]}" task ps c-d 2>&1)
+  expect containerd_ps "$pid" "$out"
+  "${CTR[@]}" task kill -s SIGKILL c-d >/dev/null 2>&1
+  for _ in $(seq 1 50); do
+    "${CTR[@]}" task ls 2>/dev/null | grep -q 'c-d .*STOPPED' && break; sleep 0.1
+  done
+  expect containerd_kill "STOPPED" "$("${CTR[@]}" task ls 2>&1)"
+  "${CTR[@]}" task delete c-d >/dev/null 2>&1 && "${CTR[@]}" container delete c-d >/dev/null 2>&1
+  if "${CTR[@]}" container ls -q | grep -qx c-d || kill -0 "$pid" 2>/dev/null; then
+    bad containerd_delete "c-d or pid $pid still there"
+  else
+    ok containerd_delete
+  fi
+else
+  bad containerd_run_detached "$(cat "$LOGS/ctr-d")"
+fi
+
+# The refusal reaches the user through containerd's reading of the runtime's JSON log.
+out=$("${R[@]}" --rm --privileged --label dev.vetto.policy=default "$img" c-priv true 2>&1)
+expect containerd_shows_the_runtime_error 'refused by vetto policy "default": a privileged container' "$out"
+"${CTR[@]}" container delete c-priv >/dev/null 2>&1
+
+# --- dockerd -------------------------------------------------------------------------------
+DK=$WORK/docker
+mkdir -p "$DK"
+cat >"$DK/daemon.json" <<EOF
+{
+  "data-root": "$DK/data",
+  "exec-root": "$DK/exec",
+  "pidfile": "$DK/docker.pid",
+  "hosts": ["unix://$DK/docker.sock"],
+  "storage-driver": "vfs",
+  "iptables": false,
+  "ip6tables": false,
+  "ip-forward": false,
+  "ip-masq": false,
+  "bridge": "none",
+  "runtimes": {
+    "vetto": {"path": "$SHIM", "runtimeArgs": ["--vetto-policy=default"]},
+    "vetto-plain": {"path": "$SHIM"}
+  }
+}
+EOF
+dockerd --config-file "$DK/daemon.json" >"$LOGS/dockerd" 2>&1 &
+pids_to_stop+=($!)
+DOCKER=(docker -H "unix://$DK/docker.sock")
+for _ in $(seq 1 100); do "${DOCKER[@]}" version >/dev/null 2>&1 && break; sleep 0.2; done
+if "${DOCKER[@]}" load -i "$WORK/image.tar" >"$LOGS/docker-load" 2>&1; then
+  ok docker_load
+else
+  bad docker_load "$(tail -5 "$LOGS/dockerd")" "$(cat "$LOGS/docker-load")"
+fi
+
+out=$("${DOCKER[@]}" run --rm --runtime vetto-plain --network none "$img" sh -c 'echo hello; probe ptrace; grep Seccomp_filters /proc/self/status' 2>&1)
+expect docker_plain_run_honours_the_default_profile $'hello\nptrace: allowed\nSeccomp_filters:\t1' "$out"
+
+out=$("${DOCKER[@]}" run --rm --runtime vetto --network none -e GH_TOKEN=ghp_x -v "$ws:/workspace" "$img" sh -c "$HARD_CHECK" 2>&1)
+expect docker_hardened_run $'env=[]\ntoken=[]\netc=denied\nworkspace=writable\nhooks=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
+rm -f "$ws/out.txt"
+
+if "${DOCKER[@]}" run -d --name d-d --runtime vetto --network none "$img" sleep 300 >"$LOGS/docker-d" 2>&1; then
+  ok docker_run_detached
+  out=$("${DOCKER[@]}" exec d-d sh -c 'probe ptrace; echo exec-ran' 2>&1)
+  expect docker_exec $'ptrace: Operation not permitted\nexec-ran' "$out"
+  "${DOCKER[@]}" rm -f d-d >/dev/null 2>&1
+  "${DOCKER[@]}" ps -aq --filter name=d-d | grep -q . && bad docker_rm_force "d-d still listed" || ok docker_rm_force
+else
+  bad docker_run_detached "$(cat "$LOGS/docker-d")"
+fi
+
+out=$("${DOCKER[@]}" run --rm --runtime vetto --privileged "$img" true 2>&1)
+expect docker_shows_the_runtime_error 'refused by vetto policy "default": a privileged container' "$out"
+out=$("${DOCKER[@]}" run --rm --runtime vetto --network none -v "$WORK/docker.sock:/var/run/docker.sock" "$img" true 2>&1)
+expect docker_daemon_socket_bind_is_refused "a bind of the container daemon socket" "$out"
+
+# --- summary -------------------------------------------------------------------------------
+if [ "$fail" -eq 0 ]; then
+  echo "test result: ok. $pass passed; 0 failed; 0 ignored; 0 measured; 0 filtered out (vetto-shim e2e)"
+  exit 0
+fi
+echo "failed: ${failed[*]}"
+echo "test result: FAILED. $pass passed; $fail failed; 0 ignored; 0 measured; 0 filtered out (vetto-shim e2e)"
+exit 1
