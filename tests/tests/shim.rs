@@ -1,0 +1,328 @@
+//! `vetto-shim` driven directly, as containerd's and Podman's runc shims drive it: bundles on
+//! disk, the runc command line, JSON logs. (tests/oci/e2e.sh drives it through the real
+//! clients.) Root only: as an OCI runtime it creates cgroups, which this cgroup-v1 host does
+//! not delegate to unprivileged users (see docs/integrations.md, "Rootless").
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+use vetto_integration::{err, is_root, out, vetto_bin};
+
+fn shim_bin() -> PathBuf {
+    vetto_bin().with_file_name("vetto-shim")
+}
+
+/// A bundle with a busybox rootfs and a workspace holding a secret.
+struct World {
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    fn new() -> Option<World> {
+        if !is_root() {
+            eprintln!("skipped: vetto-shim tests need root (cgroups)");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tmp");
+        let rootfs = dir.path().join("bundle/rootfs");
+        for d in ["bin", "etc", "tmp", "proc", "sys", "dev", "workspace"] {
+            std::fs::create_dir_all(rootfs.join(d)).expect("rootfs dirs");
+        }
+        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).expect("busybox-static");
+        for a in ["sh", "cat", "echo", "sleep", "mkdir", "grep", "touch"] {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).expect("applet");
+        }
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join(".git/hooks")).expect("ws");
+        std::fs::write(ws.join(".env"), "API_KEY=hunter2\n").expect(".env");
+        let w = World { dir };
+        let o = w.shim(&["spec", "--bundle", w.bundle().to_str().expect("utf8")]);
+        assert!(o.status.success(), "spec: {}", err(&o));
+        Some(w)
+    }
+    fn bundle(&self) -> PathBuf {
+        self.dir.path().join("bundle")
+    }
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("log.json")
+    }
+    fn ws(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+    fn edit(&self, f: impl FnOnce(&mut Value)) {
+        let p = self.bundle().join("config.json");
+        let mut v: Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).expect("config")).expect("json");
+        f(&mut v);
+        std::fs::write(&p, v.to_string()).expect("write config");
+    }
+    fn script(&self, sh: &str) {
+        self.edit(|v| v["process"]["args"] = json!(["sh", "-c", sh]));
+    }
+    fn with_workspace(&self) {
+        let ws = self.ws();
+        self.edit(|v| {
+            v["mounts"].as_array_mut().expect("mounts").push(json!({
+                "destination": "/workspace", "type": "bind",
+                "source": ws, "options": ["rbind", "rw"]
+            }))
+        });
+    }
+    fn shim(&self, args: &[&str]) -> Output {
+        self.shim_cmd(args).output().expect("spawn vetto-shim")
+    }
+    /// `create` and `run -d` leave the container holding the runtime's stdio (as containerd
+    /// expects): wait for the exit status only, with stdio in files.
+    fn shim_detached(&self, args: &[&str]) -> std::process::ExitStatus {
+        let f = |n: &str| std::fs::File::create(self.dir.path().join(n)).expect("stdio file");
+        self.shim_cmd(args)
+            .stdout(f("create.out"))
+            .stderr(f("create.err"))
+            .status()
+            .expect("spawn vetto-shim")
+    }
+    fn shim_cmd(&self, args: &[&str]) -> Command {
+        let root = self.root();
+        let log = self.log();
+        let mut full: Vec<&str> = vec![
+            "--root",
+            root.to_str().expect("utf8"),
+            "--log",
+            log.to_str().expect("utf8"),
+            "--log-format",
+            "json",
+        ];
+        full.extend_from_slice(args);
+        let mut c = Command::new(shim_bin());
+        c.args(&full)
+            .env("VETTO_SHIM_CONFIG", self.dir.path().join("no-shim.toml"));
+        c
+    }
+    fn run(&self, extra: &[&str], id: &str) -> Output {
+        let b = self.bundle();
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend(["run", "--bundle", b.to_str().expect("utf8"), id]);
+        self.shim(&args)
+    }
+    fn last_error(&self) -> String {
+        let text = std::fs::read_to_string(self.log()).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("every log line is JSON"))
+            .filter(|v| v["level"] == "error")
+            .last()
+            .and_then(|v| v["msg"].as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+    /// Nothing of `id` is left in the state root.
+    fn nothing_left(&self, id: &str) -> bool {
+        !self.root().join(id).exists() && !self.root().join(".vetto").join(id).exists()
+    }
+}
+
+#[test]
+fn lifecycle_create_start_state_kill_delete() {
+    let Some(w) = World::new() else { return };
+    w.script("echo started; sleep 300");
+    let pidfile = w.dir.path().join("pid");
+    let b = w.bundle();
+    let st = w.shim_detached(&[
+        "create",
+        "--bundle",
+        b.to_str().expect("utf8"),
+        "--pid-file",
+        pidfile.to_str().expect("utf8"),
+        "c1",
+    ]);
+    assert!(st.success(), "create: {}", w.last_error());
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    let state = |w: &World| -> Value {
+        let o = w.shim(&["state", "c1"]);
+        assert!(o.status.success(), "state: {}", err(&o));
+        serde_json::from_slice(&o.stdout).expect("state json")
+    };
+    let s = state(&w);
+    assert_eq!(s["status"], "created");
+    assert_eq!(s["pid"], pid);
+    assert_eq!(s["id"], "c1");
+    assert_eq!(s["ociVersion"], "1.0.2");
+    assert_eq!(
+        Path::new(s["bundle"].as_str().expect("bundle")),
+        b.canonicalize().expect("canon")
+    );
+    let o = w.shim(&["start", "c1"]);
+    assert!(o.status.success(), "start: {}", err(&o));
+    assert_eq!(state(&w)["status"], "running");
+    let o = w.shim(&["ps", "--format", "json", "c1"]);
+    let pids: Vec<i32> = serde_json::from_slice(&o.stdout).expect("ps json");
+    assert!(pids.contains(&pid), "{pids:?}");
+    let o = w.shim(&["list", "--format", "json"]);
+    assert!(out(&o).contains("\"c1\""), "{}", out(&o));
+    let o = w.shim(&["kill", "c1", "KILL"]);
+    assert!(o.status.success(), "kill: {}", err(&o));
+    assert!(vetto_integration::eventually(5, || state(&w)["status"] == "stopped"));
+    let o = w.shim(&["delete", "c1"]);
+    assert!(o.status.success(), "delete: {}", err(&o));
+    assert!(w.nothing_left("c1"));
+    // The init has exited: gone, or a zombie waiting for whoever adopted it (containerd's
+    // shim is a subreaper; here it is the machine's init).
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().and_then(|r| r.split_whitespace().next());
+    assert!(matches!(state, None | Some("Z")), "init still alive: {stat}");
+    let o = w.shim(&["state", "c1"]);
+    assert!(!o.status.success());
+    assert_eq!(w.last_error(), "container \"c1\" does not exist");
+    // delete --force of what does not exist is not an error (containerd relies on it).
+    assert!(w.shim(&["delete", "--force", "c1"]).status.success());
+}
+
+#[test]
+fn run_returns_the_exit_status() {
+    let Some(w) = World::new() else { return };
+    w.script("exit 7");
+    let o = w.run(&[], "c-exit");
+    assert_eq!(o.status.code(), Some(7), "{}", err(&o));
+    assert!(w.nothing_left("c-exit"));
+}
+
+#[test]
+fn malformed_config_is_named_in_the_json_log_and_leaves_nothing() {
+    let Some(w) = World::new() else { return };
+    let cfg = w.bundle().join("config.json");
+    std::fs::write(&cfg, "{\"ociVersion\": \"1.0.2\", \"process\": ").expect("write");
+    let o = w.run(&[], "c-bad");
+    assert!(!o.status.success());
+    let e = w.last_error();
+    assert!(e.contains(&cfg.display().to_string()) && e.contains("line 1"), "{e}");
+    assert!(w.nothing_left("c-bad"));
+    // A well-formed JSON that is not a valid OCI config.
+    std::fs::write(&cfg, "{\"ociVersion\": \"1.0.2\", \"process\": {\"args\": 3}}").expect("write");
+    let o = w.run(&[], "c-bad");
+    assert!(!o.status.success());
+    assert!(w.last_error().contains("config.json"), "{}", w.last_error());
+    assert!(w.nothing_left("c-bad"));
+    // Bad ids and unknown flags are errors too, in the log.
+    let o = w.run(&[], "../escape");
+    assert!(!o.status.success());
+    assert!(w.last_error().contains("invalid container id"), "{}", w.last_error());
+    let o = w.shim(&["--no-such-flag", "state", "x"]);
+    assert!(!o.status.success());
+    assert!(w.last_error().contains("--no-such-flag"), "{}", w.last_error());
+}
+
+#[test]
+fn bundle_seccomp_profile_is_enforced() {
+    let Some(w) = World::new() else { return };
+    // Deny mkdir/mkdirat with ENOSYS (38), allow the rest.
+    w.edit(|v| {
+        v["linux"]["seccomp"] = json!({
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "architectures": ["SCMP_ARCH_X86_64"],
+            "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]
+        })
+    });
+    w.script("mkdir /tmp/d 2>&1; echo rc=$?; touch /dev/shm/f && echo touched; grep Seccomp_filters /proc/self/status");
+    let o = w.run(&[], "c-sec");
+    let s = out(&o);
+    assert!(s.contains("Function not implemented") && s.contains("rc=1"), "{s}{}", err(&o));
+    assert!(s.contains("touched") && s.contains("Seccomp_filters:\t1"), "{s}");
+    // A profile naming a seccomp agent is refused before anything runs.
+    w.edit(|v| v["linux"]["seccomp"]["defaultAction"] = json!("SCMP_ACT_NOTIFY"));
+    let o = w.run(&[], "c-sec2");
+    assert!(!o.status.success());
+    assert!(w.last_error().contains("SCMP_ACT_NOTIFY"), "{}", w.last_error());
+    assert!(w.nothing_left("c-sec2"));
+}
+
+#[test]
+fn hardened_bundle_masks_secrets_and_limits_writes() {
+    let Some(w) = World::new() else { return };
+    w.with_workspace();
+    w.edit(|v| {
+        v["process"]["env"]
+            .as_array_mut()
+            .expect("env")
+            .push(json!("OPENAI_API_KEY=sk-1"))
+    });
+    w.script(
+        "echo \"env=[$(cat /workspace/.env)]\"; echo \"key=[$OPENAI_API_KEY]\"; \
+         echo x > /etc/x 2>/dev/null || echo etc-denied; echo x > /workspace/ok && echo ws-ok; \
+         echo x > /workspace/.git/hooks/post-checkout 2>/dev/null || echo hooks-denied; \
+         grep -E 'NoNewPrivs|Seccomp_filters' /proc/self/status",
+    );
+    let o = w.run(&["--vetto-policy", "default"], "c-hard");
+    let s = out(&o);
+    for want in [
+        "env=[]",
+        "key=[]",
+        "etc-denied",
+        "ws-ok",
+        "hooks-denied",
+        "NoNewPrivs:\t1",
+        "Seccomp_filters:\t1",
+    ] {
+        assert!(s.contains(want), "missing {want}: {s}{}", err(&o));
+    }
+    assert_eq!(
+        std::fs::read_to_string(w.ws().join(".env")).expect(".env"),
+        "API_KEY=hunter2\n"
+    );
+    // --vetto-policy is the host's choice: an annotation cannot switch it off.
+    w.edit(|v| v["annotations"] = json!({"dev.vetto.policy": "none"}));
+    let o = w.run(&["--vetto-policy", "default"], "c-none");
+    assert!(!o.status.success());
+    assert!(w.last_error().contains("requires a policy"), "{}", w.last_error());
+    assert!(w.nothing_left("c-none"));
+}
+
+#[test]
+fn policy_file_must_be_host_owned_and_privileged_bundles_are_refused() {
+    let Some(w) = World::new() else { return };
+    let pol = w.dir.path().join("policy.toml");
+    std::fs::write(&pol, "profile = \"read-only\"\n").expect("policy");
+    std::fs::set_permissions(&pol, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let sel = format!("{}", pol.display());
+    w.edit(|v| v["annotations"] = json!({"dev.vetto.policy": sel}));
+    w.script("true");
+    let o = w.run(&[], "c-pol");
+    assert!(!o.status.success());
+    assert!(
+        w.last_error().contains("writable by group or others"),
+        "{}",
+        w.last_error()
+    );
+    std::fs::set_permissions(&pol, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    w.with_workspace();
+    w.script("echo x > /workspace/new 2>/dev/null || echo ws-read-only");
+    let o = w.run(&[], "c-pol");
+    assert!(out(&o).contains("ws-read-only"), "{}{}", out(&o), err(&o));
+    // Privileged: refused, every reason in the log, nothing left.
+    w.edit(|v| {
+        v["process"]["capabilities"]["bounding"]
+            .as_array_mut()
+            .expect("caps")
+            .push(json!("CAP_SYS_ADMIN"));
+        v["linux"]["namespaces"]
+            .as_array_mut()
+            .expect("ns")
+            .retain(|n| n["type"] != "network");
+    });
+    let o = w.run(&[], "c-priv");
+    assert!(!o.status.success());
+    let e = w.last_error();
+    assert!(
+        e.contains("a privileged container (capabilities CAP_SYS_ADMIN)")
+            && e.contains("the host's network namespace"),
+        "{e}"
+    );
+    assert!(w.nothing_left("c-priv"));
+}
