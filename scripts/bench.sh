@@ -138,3 +138,6 @@ else
 fi
 wait "$IDLE" || true
 kill "$SRV" 2>/dev/null || true
+
+echo
+bash "$HERE/bench_oci.sh" "$(dirname "$VETTO")/vetto-shim"
