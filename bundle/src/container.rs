@@ -109,6 +109,9 @@ pub struct ContainerPlan {
     pub masks: Vec<Mask>,
     /// Environment variables removed.
     pub env_removed: Vec<String>,
+    /// The container's network namespace may hold nothing but `lo` (every vetto network mode
+    /// keeps the sandbox off the network; `vetto-shim` does not attach the broker yet).
+    pub loopback_only: bool,
 }
 
 /// Resolve a policy the host controls: a built-in profile name, or an absolute path to a
@@ -431,6 +434,7 @@ pub fn harden(
         seccomp: default_seccomp(),
         masks,
         env_removed,
+        loopback_only: true,
     })
 }
 

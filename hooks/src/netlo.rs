@@ -209,3 +209,47 @@ mod tests {
         ));
     }
 }
+
+/// Names of every network interface of the current network namespace (`if_nameindex(3)`,
+/// which asks the kernel over netlink: `/sys/class/net` may show another namespace).
+pub fn interface_names() -> Result<Vec<String>, NetError> {
+    // SAFETY: if_nameindex allocates an array terminated by a zero entry, or returns NULL.
+    let list = unsafe { libc::if_nameindex() };
+    if list.is_null() {
+        return Err(NetError::Io {
+            call: "if_nameindex",
+            source: io::Error::last_os_error(),
+        });
+    }
+    let mut names = vec![];
+    let mut p = list;
+    // SAFETY: walking the array up to its terminating zero entry; each name is a valid C
+    // string owned by the array, which is freed once, after the walk.
+    unsafe {
+        while (*p).if_index != 0 && !(*p).if_name.is_null() {
+            names.push(CStr::from_ptr((*p).if_name).to_string_lossy().into_owned());
+            p = p.add(1);
+        }
+        libc::if_freenameindex(list);
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod interface_tests {
+    use super::*;
+    use crate::testutil::{enter_user_and_net_ns, in_child};
+
+    #[test]
+    fn a_fresh_network_namespace_has_only_lo() {
+        in_child(|| {
+            enter_user_and_net_ns()?;
+            let names = interface_names().map_err(|e| e.to_string())?;
+            if names == ["lo"] {
+                Ok(())
+            } else {
+                Err(format!("interfaces: {names:?}"))
+            }
+        });
+    }
+}

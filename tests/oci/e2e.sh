@@ -144,6 +144,18 @@ out=$("${PODMAN[@]}" run --rm --network host "${UL[@]}" --annotation dev.vetto.p
 expect podman_host_network_is_refused "the host's network namespace" "$out"
 out=$("${P[@]}" --annotation dev.vetto.policy=default -v "$WORK/docker.sock:/var/run/docker.sock" localhost/vetto-e2e true 2>&1)
 expect podman_daemon_socket_bind_is_refused "a bind of the container daemon socket $WORK/docker.sock" "$out"
+# A network namespace with an interface besides lo (a veth pair, not connected anywhere):
+# no vetto network mode allows it.
+NETNS=vetto-e2e-$$
+if ip netns add "$NETNS" && ip -n "$NETNS" link add v0 type veth peer name v1; then
+  out=$("${PODMAN[@]}" run --rm --network "ns:/run/netns/$NETNS" "${UL[@]}" --annotation dev.vetto.policy=default localhost/vetto-e2e true 2>&1)
+  expect podman_network_interfaces_are_refused 'but the container has network interface "v' "$out"
+  out=$("${PODMAN[@]}" run --rm --network "ns:/run/netns/$NETNS" "${UL[@]}" localhost/vetto-e2e sh -c 'ip -o link | wc -l' 2>&1)
+  expect podman_plain_keeps_its_network "3" "$out"
+else
+  bad podman_network_interfaces_are_refused "cannot create a test network namespace"
+fi
+ip netns del "$NETNS" 2>/dev/null
 out=$("${P[@]}" --annotation dev.vetto.policy=../etc/x localhost/vetto-e2e true 2>&1)
 expect podman_bad_policy_annotation_is_named 'dev.vetto.policy="../etc/x": not a profile' "$out"
 left=$(ls -A /run/vetto-shim/.vetto 2>/dev/null; ls -A "$WORK/podman/run" 2>/dev/null | grep -c vetto)

@@ -25,6 +25,9 @@ pub struct OciExecutor {
     pub profile: Option<CompiledProfile>,
     /// vetto's deny-list (hardened containers), stacked on the profile.
     pub deny_list: Option<BpfProgram>,
+    /// Refuse to start if the network namespace holds anything but `lo`; the name of the
+    /// policy's network mode, for the message.
+    pub loopback_only: Option<String>,
 }
 
 fn fail(msg: String) -> ExecutorError {
@@ -43,6 +46,18 @@ impl Executor for OciExecutor {
             return Err(ExecutorValidationError::ArgValidationError(
                 "process.args is empty".into(),
             ));
+        }
+        // The network namespace is final here: the runtime's prestart hooks (Docker's
+        // libnetwork) have run, and Podman configures it before `create`.
+        if let Some(mode) = &self.loopback_only {
+            let names = vetto_hooks::netlo::interface_names().map_err(|e| {
+                ExecutorValidationError::ArgValidationError(format!("network: {e}"))
+            })?;
+            if let Some(other) = names.iter().find(|n| n.as_str() != "lo") {
+                return Err(ExecutorValidationError::ArgValidationError(format!(
+                    "network: the policy's network mode is {mode:?} (no network; the broker is not attached by vetto-shim) but the container has network interface {other:?}: start it with no network (--network none)"
+                )));
+            }
         }
         if let Some(plan) = &self.landlock {
             landlock::apply(plan).map_err(|e| {

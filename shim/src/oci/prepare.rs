@@ -71,6 +71,9 @@ pub struct ShimState {
     pub nnp_forced: bool,
     /// Environment names the policy lets through although they look secret.
     pub pass_through: Vec<String>,
+    /// The policy's network mode (`off`, `allowlist`, `strict`).
+    #[serde(default)]
+    pub network_mode: String,
 }
 
 /// vetto's directory for one container.
@@ -117,6 +120,11 @@ impl ShimState {
             landlock,
             profile,
             deny_list,
+            loopback_only: self
+                .plan
+                .as_ref()
+                .filter(|p| p.loopback_only)
+                .map(|_| self.network_mode.clone()),
         })
     }
 
@@ -268,10 +276,12 @@ pub fn prepare(
     }
     let selector = select_policy(spec.get("annotations").and_then(Value::as_object), &host)?;
     let mut pass_through = vec![];
+    let mut network_mode = String::new();
     let plan = match &selector {
         Some(sel) => {
             let policy = container::resolve_host_policy(sel)?;
             pass_through = policy.pass_through.iter().map(|s| s.value.clone()).collect();
+            network_mode = policy.network.value.to_string();
             Some(container::harden(&mut spec, &policy, sel, &home_dir())?)
         }
         None => None,
@@ -315,6 +325,7 @@ pub fn prepare(
         seccomp,
         nnp_forced,
         pass_through,
+        network_mode,
     };
     let executor = state.executor()?;
     let summary = match &state.plan {
