@@ -276,6 +276,25 @@ expect docker_shows_the_runtime_error 'refused by vetto policy "default": a priv
 out=$("${DOCKER[@]}" run --rm --runtime vetto --network none -v "$WORK/docker.sock:/var/run/docker.sock" "$img" true 2>&1)
 expect docker_daemon_socket_bind_is_refused "a bind of the container daemon socket" "$out"
 
+# The dev container in devcontainer/, brought up by the Dev Containers CLI on this dockerd
+# (with the local image, a tmpfs home and root as the remote user: no registry here).
+if command -v devcontainer >/dev/null; then
+  dcws=$WORK/dcws
+  mkdir -p "$dcws/.devcontainer" "$dcws/.git/hooks"
+  echo 'API_KEY=hunter2' >"$dcws/.env"
+  sed -e "s#\"mcr.microsoft.com/devcontainers/base:debian\"#\"$img\"#" \
+    -e 's#"type=volume,source=vetto-devcontainer-home,target=/home/vscode"#"type=tmpfs,target=/root"#' \
+    -e 's#"remoteUser": "vscode"#"remoteUser": "root"#' \
+    "$here/../../devcontainer/devcontainer.json" >"$dcws/.devcontainer/devcontainer.json"
+  out=$(DOCKER_HOST="unix://$DK/docker.sock" devcontainer up --workspace-folder "$dcws" 2>&1)
+  expect devcontainer_up '"outcome":"success"' "$out"
+  out=$(DOCKER_HOST="unix://$DK/docker.sock" devcontainer exec --workspace-folder "$dcws" sh -c "$HARD_CHECK" 2>&1)
+  expect devcontainer_exec_is_hardened $'env=[]\netc=denied\nworkspace=writable\nhooks=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
+  "${DOCKER[@]}" ps -aq --filter "label=devcontainer.local_folder=$dcws" | xargs -r "${DOCKER[@]}" rm -f >/dev/null 2>&1
+else
+  bad devcontainer_up "the Dev Containers CLI (devcontainer) is missing: make deps"
+fi
+
 # --- summary -------------------------------------------------------------------------------
 if [ "$fail" -eq 0 ]; then
   echo "test result: ok. $pass passed; 0 failed; 0 ignored; 0 measured; 0 filtered out (vetto-shim e2e)"
