@@ -110,6 +110,13 @@ pub fn enter(uid: u32, gid: u32) -> Result<()> {
     write("/proc/self/setgroups", "deny")?;
     write("/proc/self/uid_map", &format!("0 {uid} 1\n"))?;
     write("/proc/self/gid_map", &format!("0 {gid} 1\n"))?;
+    read_only_cgroup_view()
+}
+
+/// In the current (already private) mount namespace: make `/` private and show a read-only
+/// cgroup2 hierarchy at `/sys/fs/cgroup`, so libcontainer creates no cgroup (it tolerates
+/// EROFS). Used by `vetto run` and by rootless `vetto-shim`.
+pub fn read_only_cgroup_view() -> Result<()> {
     let root = c"/";
     // SAFETY: valid C strings; MS_REC|MS_PRIVATE changes propagation of our own namespace only.
     if unsafe {

@@ -161,6 +161,51 @@ expect podman_bad_policy_annotation_is_named 'dev.vetto.policy="../etc/x": not a
 left=$(ls -A /run/vetto-shim/.vetto 2>/dev/null; ls -A "$WORK/podman/run" 2>/dev/null | grep -c vetto)
 refute podman_refusals_leave_no_state "e2e" "$left"
 
+# --- rootless Podman ----------------------------------------------------------------------
+# An unprivileged user with subordinate ids (rootless Podman maps them); the runtime and the
+# probe are staged where that user can read them. On this cgroup-v1 host the runtime creates
+# no cgroups when rootless (as Podman itself does not).
+RL_USER=vetto-e2e
+id -u "$RL_USER" >/dev/null 2>&1 || useradd -m -s /bin/sh "$RL_USER"
+grep -q "^$RL_USER:" /etc/subuid || usermod --add-subuids 300000-365535 --add-subgids 300000-365535 "$RL_USER"
+RL=$WORK/rootless
+mkdir -p "$RL/bin" "$RL/run" "$RL/ws/.git/hooks"
+cp "$SHIM" "$RL/bin/vetto-shim"
+cp "$WORK/rootfs.tar" "$RL/rootfs.tar"
+echo 'API_KEY=hunter2' >"$RL/ws/.env"
+chown -R "$RL_USER" "$RL"
+chmod 700 "$RL/run"
+chmod 755 "$RL" "$RL/bin"
+as_rl() { # command...: as the rootless user, with its own storage and runtime dir
+  setpriv --reuid="$RL_USER" --regid="$(id -g "$RL_USER")" --init-groups \
+    env -i HOME="$(getent passwd "$RL_USER" | cut -d: -f6)" PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    XDG_RUNTIME_DIR="$RL/run" "$@"
+}
+RLP=(podman --root "$RL/storage" --runroot "$RL/run/storage" --storage-driver vfs
+  --runtime "$RL/bin/vetto-shim" --cgroup-manager cgroupfs --events-backend file)
+if as_rl "${RLP[@]}" import "$RL/rootfs.tar" localhost/vetto-e2e:latest >"$LOGS/rl-import" 2>&1; then
+  ok rootless_podman_import
+  out=$(as_rl "${RLP[@]}" run --rm --network none localhost/vetto-e2e sh -c 'echo hello; grep Seccomp_filters /proc/self/status' 2>&1)
+  expect rootless_podman_plain_run $'hello\nSeccomp_filters:\t1' "$out"
+  out=$(as_rl "${RLP[@]}" run --rm --network none --annotation dev.vetto.policy=default -e GH_TOKEN=x \
+    -v "$RL/ws:/workspace" localhost/vetto-e2e sh -c "$HARD_CHECK" 2>&1)
+  expect rootless_podman_hardened_run $'env=[]\ntoken=[]\netc=denied\nworkspace=writable\nhooks=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
+  if as_rl "${RLP[@]}" run -d --name rl-d --network none --annotation dev.vetto.policy=default \
+    localhost/vetto-e2e sleep 300 >"$LOGS/rl-d" 2>&1; then
+    out=$(as_rl "${RLP[@]}" exec rl-d sh -c 'probe ptrace; echo x >/etc/x 2>/dev/null || echo etc=denied' 2>&1)
+    expect rootless_podman_exec_is_hardened $'ptrace: Operation not permitted\netc=denied' "$out"
+    as_rl "${RLP[@]}" rm -f -t 0 rl-d >/dev/null 2>&1
+    if as_rl "${RLP[@]}" container exists rl-d; then bad rootless_podman_rm_force; else ok rootless_podman_rm_force; fi
+  else
+    bad rootless_podman_run_detached "$(cat "$LOGS/rl-d")"
+  fi
+  as_rl "${RLP[@]}" rm -af -t 0 >/dev/null 2>&1
+else
+  bad rootless_podman_import "$(cat "$LOGS/rl-import")"
+fi
+pkill -KILL -u "$RL_USER" 2>/dev/null   # rootless Podman's pause process
+rm -rf "$RL" 2>/dev/null || true
+
 # --- containerd ----------------------------------------------------------------------------
 CTD=$WORK/containerd
 mkdir -p "$CTD"

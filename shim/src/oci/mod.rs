@@ -123,7 +123,7 @@ fn state_root(g: &GlobalOpts) -> Result<PathBuf, OciError> {
         None => {
             // SAFETY: geteuid has no arguments and cannot fail.
             let uid = unsafe { libc::geteuid() };
-            if uid == 0 {
+            if uid == 0 && !rootless() {
                 PathBuf::from("/run/vetto-shim")
             } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
                 PathBuf::from(x).join("vetto-shim")
@@ -138,6 +138,33 @@ fn state_root(g: &GlobalOpts) -> Result<PathBuf, OciError> {
         source,
     })?;
     Ok(root)
+}
+
+/// Running in a user namespace other than the initial one (rootless Podman runs its runtime
+/// as uid 0 of the user's namespace): the host's cgroups and `/run` are not ours.
+fn rootless() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .map(|m| m.split_whitespace().collect::<Vec<_>>() != ["0", "0", "4294967295"])
+        .unwrap_or(true)
+}
+
+/// Can this process create cgroups (a delegated cgroup2 subtree it owns)?
+fn cgroups_writable() -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return false;
+    };
+    // "0::/user.slice/..." on a unified host; a hybrid host also has v1 lines.
+    let v1 = text.lines().any(|l| !l.starts_with("0::"));
+    let unified = text.lines().find_map(|l| l.strip_prefix("0::"));
+    match (v1, unified) {
+        (false, Some(path)) => {
+            let dir = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok();
+            // SAFETY: access() with a valid C string.
+            c.is_some_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
+        }
+        _ => false,
+    }
 }
 
 fn check_id(id: &str) -> Result<(), OciError> {
@@ -218,6 +245,7 @@ struct CreateArgs<'a> {
     pid_file: Option<&'a Path>,
     preserve_fds: i32,
     no_pivot: bool,
+    cgroup_view: bool,
 }
 
 fn create(
@@ -236,7 +264,7 @@ fn create(
     if root.join(a.id).exists() || shim_dir(&root, a.id).exists() {
         return Err(OciError::Exists(a.id.to_string()));
     }
-    let prepared = prepare::prepare(a.id, a.bundle, &root, host_policy)?;
+    let prepared = prepare::prepare(a.id, a.bundle, &root, host_policy, a.cgroup_view)?;
     log.debug(&format!("create {}: {}", a.id, prepared.summary));
     if prepared.state.nnp_forced {
         log.warn("no_new_privs set so the bundle's seccomp profile can be installed without CAP_SYS_ADMIN");
@@ -516,9 +544,35 @@ fn spec_cmd(a: &liboci_cli::Spec) -> Result<(), OciError> {
     })
 }
 
+/// Rootless: the host's cgroups are not ours to create (cgroup v1, or v2 without delegation).
+/// Like `vetto run`, show libcontainer a read-only cgroup2 hierarchy in a private mount
+/// namespace of this process: it then creates no cgroup. Resource limits of the bundle are
+/// not applied and `pause` has no freezer (the same as Podman's rootless cgroup-v1 mode).
+fn rootless_cgroup_view(log: &Logger) -> Result<(), OciError> {
+    // SAFETY: unshare of the mount namespace, single-threaded process.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        return Err(OciError::Config(format!(
+            "rootless: cannot create a mount namespace: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    crate::userns::read_only_cgroup_view()
+        .map_err(|e| OciError::Config(format!("rootless: {e:#}")))?;
+    log.debug("rootless: no cgroups (read-only cgroup2 view)");
+    Ok(())
+}
+
 fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
     let g = &cli.global;
     let host_policy = cli.vetto_policy.as_deref();
+    let needs_state = !matches!(
+        cli.cmd,
+        Cmd::Common(CommonCmd::Features(_)) | Cmd::Common(CommonCmd::Spec(_))
+    );
+    let cgroup_view = needs_state && rootless() && !cgroups_writable();
+    if cgroup_view {
+        rootless_cgroup_view(log)?;
+    }
     match cli.cmd {
         Cmd::Standard(StandardCmd::Create(a)) => {
             create(
@@ -532,6 +586,7 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
                     pid_file: a.pid_file.as_deref(),
                     preserve_fds: a.preserve_fds,
                     no_pivot: a.no_pivot,
+                    cgroup_view,
                 },
             )?;
         }
@@ -578,6 +633,7 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
                     pid_file: a.pid_file.as_deref(),
                     preserve_fds: a.preserve_fds,
                     no_pivot: a.no_pivot,
+                    cgroup_view,
                 },
             )?;
             let root = state_root(g)?;

@@ -251,6 +251,7 @@ pub fn prepare(
     bundle: &Path,
     root: &Path,
     runtime_policy: Option<&str>,
+    cgroup_view: bool,
 ) -> Result<Prepared, OciError> {
     let bundle = bundle.canonicalize().map_err(|source| OciError::Io {
         what: "opening the bundle",
@@ -301,6 +302,25 @@ pub fn prepare(
     if spec.pointer("/linux/cgroupsPath").and_then(Value::as_str).is_none_or(str::is_empty) {
         if let Some(linux) = spec.get_mut("linux").and_then(Value::as_object_mut) {
             linux.insert("cgroupsPath".into(), Value::String(format!("/vetto-shim/{id}")));
+        }
+    }
+
+    // Rootless without cgroups (see `rootless_cgroup_view`): the container's cgroup mount
+    // becomes a read-only bind of the view this process shows at /sys/fs/cgroup.
+    if cgroup_view {
+        for m in spec
+            .get_mut("mounts")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if m.get("type").and_then(Value::as_str) == Some("cgroup") {
+                *m = serde_json::json!({
+                    "destination": m.get("destination").cloned().unwrap_or(Value::Null),
+                    "type": "bind", "source": "/sys/fs/cgroup",
+                    "options": ["rbind", "ro", "nosuid", "noexec", "nodev"]
+                });
+            }
         }
     }
 
