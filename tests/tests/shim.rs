@@ -1,7 +1,7 @@
 //! `vetto-shim` driven directly, as containerd's and Podman's runc shims drive it: bundles on
 //! disk, the runc command line, JSON logs. (tests/oci/e2e.sh drives it through the real
-//! clients.) Root only: as an OCI runtime it creates cgroups, which this cgroup-v1 host does
-//! not delegate to unprivileged users (see docs/integrations.md, "Rootless").
+//! clients, rootless Podman included.) As root, plus one run as `nobody` with a rootless
+//! bundle (`spec --rootless`).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -325,4 +325,64 @@ fn policy_file_must_be_host_owned_and_privileged_bundles_are_refused() {
         "{e}"
     );
     assert!(w.nothing_left("c-priv"));
+}
+
+#[test]
+fn rootless_run_as_nobody_with_a_hardened_rootless_bundle() {
+    let Some(w) = World::new() else { return };
+    // Stage everything where nobody can reach it, owned by nobody.
+    let bin = w.dir.path().join("vetto-shim");
+    std::fs::copy(shim_bin(), &bin).expect("stage shim");
+    std::fs::remove_file(w.bundle().join("config.json")).expect("rm config");
+    std::fs::create_dir_all(w.dir.path().join("run")).expect("run dir");
+    let status = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(w.dir.path())
+        .status()
+        .expect("chown");
+    assert!(status.success());
+    std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let nobody = |userns: bool, args: &[&str]| -> Output {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]);
+        if userns {
+            // What rootless Podman does: run the runtime as root of the user's namespace.
+            c.args(["unshare", "--user", "--map-root-user"]);
+        }
+        c.arg("env")
+            .arg("-i")
+            .arg("PATH=/usr/bin:/bin")
+            .arg(format!("XDG_RUNTIME_DIR={}", w.dir.path().join("run").display()))
+            .arg(format!("VETTO_SHIM_CONFIG={}", w.dir.path().join("none.toml").display()))
+            .arg(&bin)
+            .args(["--log", w.log().to_str().expect("utf8"), "--log-format", "json"])
+            .args(args)
+            .output()
+            .expect("setpriv")
+    };
+    let as_nobody = |args: &[&str]| nobody(true, args);
+    let b = w.bundle();
+    let o = as_nobody(&["spec", "--rootless", "--bundle", b.to_str().expect("utf8")]);
+    assert!(o.status.success(), "spec --rootless: {}", err(&o));
+    w.with_workspace();
+    w.script(
+        "echo \"env=[$(cat /workspace/.env)]\"; echo x > /workspace/ok && echo ws-ok; \
+         grep Seccomp_filters /proc/self/status",
+    );
+    let o = as_nobody(&["--vetto-policy", "default", "run", "--bundle", b.to_str().expect("utf8"), "rl1"]);
+    let s = out(&o);
+    assert!(
+        s.contains("env=[]") && s.contains("ws-ok") && s.contains("Seccomp_filters:\t1"),
+        "{s}{}{}",
+        err(&o),
+        w.last_error()
+    );
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(w.ws().join("ok")).expect("written").uid();
+    assert_eq!(owner, 65534, "files the container writes belong to the caller");
+    assert!(!w.dir.path().join("run/vetto-shim/rl1").exists(), "state left behind");
+    // Outside a user namespace an unprivileged caller is told what to do instead.
+    let o = nobody(false, &["run", "--bundle", b.to_str().expect("utf8"), "rl2"]);
+    assert!(!o.status.success());
+    assert!(w.last_error().contains("unshare -Ur"), "{}", w.last_error());
 }

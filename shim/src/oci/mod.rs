@@ -517,8 +517,9 @@ fn spec_cmd(a: &liboci_cli::Spec) -> Result<(), OciError> {
         // SAFETY: getuid/getgid have no arguments and cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let linux = &mut spec["linux"];
+        // Unlike runc's, the network namespace stays (a user namespace may own one, and
+        // then mount a fresh sysfs): vetto's policies refuse the host's network.
         if let Some(ns) = linux["namespaces"].as_array_mut() {
-            ns.retain(|n| n["type"] != "network");
             ns.push(json!({"type": "user"}));
         }
         linux["uidMappings"] = json!([{"containerID": 0, "hostID": uid, "size": 1}]);
@@ -532,8 +533,6 @@ fn spec_cmd(a: &liboci_cli::Spec) -> Result<(), OciError> {
                     opts.retain(|o| o != "gid=5");
                 }
             }
-            ms.retain(|m| m["destination"] != "/sys");
-            ms.push(json!({"destination": "/sys", "type": "none", "source": "/sys", "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]}));
         }
     }
     let text = serde_json::to_string_pretty(&spec).map_err(|e| OciError::Config(e.to_string()))?;
@@ -569,6 +568,14 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
         cli.cmd,
         Cmd::Common(CommonCmd::Features(_)) | Cmd::Common(CommonCmd::Spec(_))
     );
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if needs_state && unsafe { libc::geteuid() } != 0 && !rootless() {
+        return Err(OciError::Unsupported(
+            "running as an unprivileged user outside a user namespace (use rootless Podman, \
+             which runs the runtime in the user's namespace, `unshare -Ur vetto-shim ...`, \
+             or `vetto run`)",
+        ));
+    }
     let cgroup_view = needs_state && rootless() && !cgroups_writable();
     if cgroup_view {
         rootless_cgroup_view(log)?;
