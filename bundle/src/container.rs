@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{PolicyError, TranslateError};
-use crate::plan::{default_seccomp, FsAccess, LandlockPlan, LandlockRule, SeccompPlan};
+use crate::plan::{default_seccomp, FsAccess, LandlockPlan, LandlockRule, NetPlan, SeccompPlan};
 use crate::policy::ProjectAccess;
 use crate::resolve::{self, Inputs, Policy, TrustContext};
 use crate::secrets::{self, MaskKind};
@@ -109,9 +109,12 @@ pub struct ContainerPlan {
     pub masks: Vec<Mask>,
     /// Environment variables removed.
     pub env_removed: Vec<String>,
-    /// The container's network namespace may hold nothing but `lo` (every vetto network mode
-    /// keeps the sandbox off the network; `vetto-shim` does not attach the broker yet).
+    /// The container's network namespace may hold nothing but `lo`: every vetto network mode
+    /// keeps the sandbox off the network (the broker is reached on `lo`).
     pub loopback_only: bool,
+    /// The broker's listeners and plan, when the policy's network is not off.
+    #[serde(default)]
+    pub network: Option<NetPlan>,
 }
 
 /// Resolve a policy the host controls: a built-in profile name, or an absolute path to a
@@ -308,7 +311,18 @@ pub fn harden(
     for (k, v) in &policy.env_set {
         env.push(format!("{k}={}", v.value));
     }
+    // The broker: its proxy variables replace any the image set.
+    let setup = crate::translate::broker_setup(policy)?;
+    for (k, v) in setup.as_ref().map(|s| s.env.as_slice()).unwrap_or_default() {
+        env.retain(|e| e.split('=').next() != Some(k.as_str()));
+        env.push(format!("{k}={v}"));
+    }
     process.insert("env".into(), json!(env));
+    let network = setup.map(|s| NetPlan {
+        listeners: s.listeners,
+        broker: Some(s.broker),
+        publish: vec![],
+    });
 
     // Masks and protected paths beneath host binds; Landlock rules from the mounts.
     let patterns: Vec<_> = policy
@@ -435,6 +449,7 @@ pub fn harden(
         masks,
         env_removed,
         loopback_only: true,
+        network,
     })
 }
 

@@ -237,6 +237,88 @@ fn check_root(
     Ok(())
 }
 
+/// The broker's half of a policy, shared by `vetto run` and `vetto-shim`.
+#[derive(Debug, Clone)]
+pub struct BrokerSetup {
+    /// Listeners on the sandbox's loopback, in the order they are handed to the broker.
+    pub listeners: Vec<Listener>,
+    /// What the broker enforces.
+    pub broker: BrokerPlan,
+    /// The proxy variables pointing at the listeners.
+    pub env: Vec<(String, String)>,
+}
+
+/// Listeners, broker plan and proxy variables for a policy whose network is not off (`None`
+/// when it is). `host_ports` are checked either way.
+pub fn broker_setup(policy: &Policy) -> Result<Option<BrokerSetup>, TranslateError> {
+    let net_on = policy.network.value != NetworkMode::Off;
+    let mut listeners = vec![];
+    let mut env = vec![];
+    if net_on {
+        listeners.push(Listener {
+            port: HTTP_PROXY_PORT,
+            role: ListenerRole::HttpProxy,
+        });
+        listeners.push(Listener {
+            port: SOCKS_PORT,
+            role: ListenerRole::Socks5,
+        });
+        let http = format!("http://127.0.0.1:{HTTP_PROXY_PORT}");
+        let socks = format!("socks5h://127.0.0.1:{SOCKS_PORT}");
+        let local = "localhost,127.0.0.1".to_string();
+        for (k, v) in [
+            ("HTTP_PROXY", &http),
+            ("HTTPS_PROXY", &http),
+            ("ALL_PROXY", &socks),
+            ("http_proxy", &http),
+            ("https_proxy", &http),
+            ("all_proxy", &socks),
+            ("NO_PROXY", &local),
+            ("no_proxy", &local),
+        ] {
+            env.push((k.to_string(), v.clone()));
+        }
+    }
+    for hp in &policy.host_ports {
+        let port = hp
+            .value
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .ok_or_else(|| TranslateError::Path {
+                key: "network.host_ports".into(),
+                path: hp.value.clone(),
+                reason: "no port".into(),
+            })?;
+        if port == HTTP_PROXY_PORT || port == SOCKS_PORT {
+            return Err(TranslateError::Path {
+                key: "network.host_ports".into(),
+                path: hp.value.clone(),
+                reason: format!("ports {HTTP_PROXY_PORT} and {SOCKS_PORT} are the broker's own"),
+            });
+        }
+        if net_on {
+            listeners.push(Listener {
+                port,
+                role: ListenerRole::HostPort {
+                    target: hp.value.clone(),
+                },
+            });
+        }
+    }
+    Ok(net_on.then(|| BrokerSetup {
+        listeners,
+        broker: BrokerPlan {
+            allow: policy.allow.iter().map(|a| a.value.clone()).collect(),
+            allow_cidrs: policy.allow_cidrs.iter().map(|a| a.value.clone()).collect(),
+            strict: policy.network.value == NetworkMode::Strict,
+            resolver: policy.resolver.as_ref().map(|r| r.value.clone()),
+            connects_per_minute: policy.connects_per_minute.value,
+            max_connections: policy.max_connections.value,
+        },
+        env,
+    }))
+}
+
 /// Translate a resolved policy for this host into a bundle. `secrets` is the result of
 /// [`crate::secrets::scan`] on the same facts; `id` names the session (cgroup path, hostname
 /// stays `vetto`).
@@ -634,67 +716,16 @@ pub fn translate(
         b.note("env", k, format!("set to {}", v.value), &v.source);
     }
     // Network: listeners the broker accepts on, and the proxy variables pointing at them.
-    let mut listeners = vec![];
-    if net_on {
-        listeners.push(Listener {
-            port: HTTP_PROXY_PORT,
-            role: ListenerRole::HttpProxy,
-        });
-        listeners.push(Listener {
-            port: SOCKS_PORT,
-            role: ListenerRole::Socks5,
-        });
-        let http = format!("http://127.0.0.1:{HTTP_PROXY_PORT}");
-        let socks = format!("socks5h://127.0.0.1:{SOCKS_PORT}");
-        let net_src = Source::Builtin("network broker".into());
-        for (k, v) in [
-            ("HTTP_PROXY", &http),
-            ("HTTPS_PROXY", &http),
-            ("ALL_PROXY", &socks),
-            ("http_proxy", &http),
-            ("https_proxy", &http),
-            ("all_proxy", &socks),
-            ("NO_PROXY", &"localhost,127.0.0.1".to_string()),
-            ("no_proxy", &"localhost,127.0.0.1".to_string()),
-        ] {
-            env.insert(k.into(), v.clone());
-            b.note("env", k, format!("set to {v}"), &net_src);
-        }
+    let setup = broker_setup(policy)?;
+    let net_src = Source::Builtin("network broker".into());
+    for (k, v) in setup.as_ref().map(|s| s.env.as_slice()).unwrap_or_default() {
+        env.insert(k.clone(), v.clone());
+        b.note("env", k, format!("set to {v}"), &net_src);
     }
-    for hp in &policy.host_ports {
-        let port = hp
-            .value
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse::<u16>().ok())
-            .ok_or_else(|| TranslateError::Path {
-                key: "network.host_ports".into(),
-                path: hp.value.clone(),
-                reason: "no port".into(),
-            })?;
-        if port == HTTP_PROXY_PORT || port == SOCKS_PORT {
-            return Err(TranslateError::Path {
-                key: "network.host_ports".into(),
-                path: hp.value.clone(),
-                reason: format!("ports {HTTP_PROXY_PORT} and {SOCKS_PORT} are the broker's own"),
-            });
-        }
-        if net_on {
-            listeners.push(Listener {
-                port,
-                role: ListenerRole::HostPort {
-                    target: hp.value.clone(),
-                },
-            });
-        }
-    }
-    let broker = net_on.then(|| BrokerPlan {
-        allow: policy.allow.iter().map(|a| a.value.clone()).collect(),
-        allow_cidrs: policy.allow_cidrs.iter().map(|a| a.value.clone()).collect(),
-        strict: policy.network.value == NetworkMode::Strict,
-        resolver: policy.resolver.as_ref().map(|r| r.value.clone()),
-        connects_per_minute: policy.connects_per_minute.value,
-        max_connections: policy.max_connections.value,
-    });
+    let (listeners, broker) = match setup {
+        Some(s) => (s.listeners, Some(s.broker)),
+        None => (vec![], None),
+    };
     let env_list: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
 
     // Limits.

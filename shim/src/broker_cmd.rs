@@ -8,13 +8,37 @@ use std::os::fd::FromRawFd;
 use anyhow::{bail, Context, Result};
 use vetto_broker::server::{serve, BrokerSpec, ListenerKind};
 
-use crate::sidecar::{ROLES_ENV, SPEC_ENV};
+use crate::sidecar::{ROLES_ENV, SPEC_ENV, WATCH_ENV};
 
 fn fd_is_socket(fd: i32) -> bool {
     // SAFETY: fstat fills a zeroed struct we own.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     (unsafe { libc::fstat(fd, &mut st) } == 0) && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+}
+
+/// Exit the whole broker when `pid` (a `vetto-shim` container's init) exits: a thread blocks
+/// on a pidfd of it.
+fn watch(pid: i32) -> Result<()> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        bail!(
+            "broker: the container's init {pid} is gone: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    std::thread::spawn(move || {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; -1 waits until the process exits.
+        while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
+        std::process::exit(0);
+    });
+    Ok(())
 }
 
 /// Run the broker.
@@ -56,6 +80,9 @@ pub fn run() -> Result<()> {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
+    }
+    if let Some(pid) = std::env::var(WATCH_ENV).ok().and_then(|p| p.parse::<i32>().ok()) {
+        watch(pid)?;
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

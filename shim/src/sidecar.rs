@@ -81,12 +81,31 @@ pub fn bind_published(ports: &[u16]) -> Result<Vec<(u16, OwnedFd)>> {
         .collect()
 }
 
-/// Start `vetto __broker` with the listeners as fds 3, 4, …
+/// The environment variable naming a pid the broker exits with (`vetto-shim`).
+pub const WATCH_ENV: &str = "VETTO_BROKER_WATCH_PID";
+
+/// How the broker's life is tied to its sandbox.
+pub enum Lifetime {
+    /// `vetto run`: it dies with the supervisor (PDEATHSIG).
+    DieWithParent,
+    /// `vetto-shim`: the runtime exits right after `create`, so the broker is a daemon in its
+    /// own session that exits when the container's init (this pid) does; its output goes to
+    /// the given file.
+    Watch {
+        /// The container's init.
+        pid: i32,
+        /// stdout and stderr.
+        log: std::fs::File,
+    },
+}
+
+/// Start `vetto __broker` (from this executable) with the listeners as fds 3, 4, …
 pub fn spawn(
     plan: &BrokerPlan,
     listeners: &[Listener],
     mut fds: Vec<OwnedFd>,
     published: Vec<(u16, OwnedFd)>,
+    lifetime: Lifetime,
 ) -> Result<Child> {
     // fds 3…: the sandbox's listeners, the host side of each published port, and (with
     // publish) the sandbox's network namespace.
@@ -119,7 +138,14 @@ pub fn spawn(
         .env(SPEC_ENV, spec.to_string())
         .env(ROLES_ENV, roles.join(" "))
         .stdin(Stdio::null());
-    // SAFETY: between fork and exec only async-signal-safe calls: dup2, fcntl, prctl.
+    let die_with_parent = matches!(lifetime, Lifetime::DieWithParent);
+    if let Lifetime::Watch { pid, log } = lifetime {
+        let err = log.try_clone().context("network: broker log")?;
+        cmd.env(WATCH_ENV, pid.to_string())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err));
+    }
+    // SAFETY: between fork and exec only async-signal-safe calls: dup2, fcntl, prctl, setsid.
     unsafe {
         cmd.pre_exec(move || {
             // Move the listeners to 3.. (first out of the way, then into place).
@@ -136,7 +162,11 @@ pub fn spawn(
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            if die_with_parent {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

@@ -161,6 +161,23 @@ expect podman_bad_policy_annotation_is_named 'dev.vetto.policy="../etc/x": not a
 left=$(ls -A /run/vetto-shim/.vetto 2>/dev/null; ls -A "$WORK/podman/run" 2>/dev/null | grep -c vetto)
 refute podman_refusals_leave_no_state "e2e" "$left"
 
+# Network through the broker: a policy (host-owned file) allowing one loopback test server;
+# everything else is refused by the broker, and there is no route around it.
+NPORT=$((20000 + RANDOM % 20000))
+mkdir -p "$WORK/www" && echo "hello-through-the-broker" >"$WORK/www/index.html"
+python3 -m http.server "$NPORT" --bind 127.0.0.2 --directory "$WORK/www" >"$LOGS/www" 2>&1 &
+pids_to_stop+=($!)
+printf '[network]\nmode = "allowlist"\nallow_cidrs = ["127.0.0.2/32:%s"]\n' "$NPORT" >"$WORK/net.toml"
+chmod 644 "$WORK/net.toml"
+for _ in $(seq 1 50); do grep -q Serving "$LOGS/www" && break; sleep 0.1; done
+NET_CHECK="echo proxy=\$http_proxy; wget -q -O- http://127.0.0.2:$NPORT/index.html
+wget -q -O- http://127.0.0.3:$NPORT/ >/dev/null 2>&1 || echo other=refused
+nc -w 2 127.0.0.2 $NPORT </dev/null >/dev/null 2>&1 || echo direct=refused"
+out=$("${P[@]}" --annotation "dev.vetto.policy=$WORK/net.toml" localhost/vetto-e2e sh -c "$NET_CHECK" 2>&1)
+expect podman_network_through_the_broker $'proxy=http://127.0.0.1:3128\nhello-through-the-broker\nother=refused\ndirect=refused' "$out"
+for _ in $(seq 1 50); do pgrep -f "vetto-shim __broker" >/dev/null || break; sleep 0.1; done
+refute podman_broker_ends_with_the_container "__broker" "$(pgrep -af 'vetto-shim __broker')"
+
 # --- rootless Podman ----------------------------------------------------------------------
 # An unprivileged user with subordinate ids (rootless Podman maps them); the runtime and the
 # probe are staged where that user can read them. On this cgroup-v1 host the runtime creates
@@ -285,7 +302,8 @@ cat >"$DK/daemon.json" <<EOF
   "bridge": "none",
   "runtimes": {
     "vetto": {"path": "$SHIM", "runtimeArgs": ["--vetto-policy=default"]},
-    "vetto-plain": {"path": "$SHIM"}
+    "vetto-plain": {"path": "$SHIM"},
+    "vetto-net": {"path": "$SHIM", "runtimeArgs": ["--vetto-policy=$WORK/net.toml"]}
   }
 }
 EOF
@@ -315,6 +333,9 @@ if "${DOCKER[@]}" run -d --name d-d --runtime vetto --network none "$img" sleep 
 else
   bad docker_run_detached "$(cat "$LOGS/docker-d")"
 fi
+
+out=$("${DOCKER[@]}" run --rm --runtime vetto-net --network none "$img" sh -c "$NET_CHECK" 2>&1)
+expect docker_network_through_the_broker $'proxy=http://127.0.0.1:3128\nhello-through-the-broker\nother=refused\ndirect=refused' "$out"
 
 out=$("${DOCKER[@]}" run --rm --runtime vetto --privileged "$img" true 2>&1)
 expect docker_shows_the_runtime_error 'refused by vetto policy "default": a privileged container' "$out"

@@ -55,7 +55,7 @@ impl Executor for OciExecutor {
             })?;
             if let Some(other) = names.iter().find(|n| n.as_str() != "lo") {
                 return Err(ExecutorValidationError::ArgValidationError(format!(
-                    "network: the policy's network mode is {mode:?} (no network; the broker is not attached by vetto-shim) but the container has network interface {other:?}: start it with no network (--network none)"
+                    "network: the policy's network mode is {mode:?} (no network but the broker on lo) but the container has network interface {other:?}: start it with no network (--network none)"
                 )));
             }
         }

@@ -14,6 +14,7 @@
 
 mod executor;
 mod log;
+mod network;
 mod prepare;
 
 use std::collections::HashMap;
@@ -231,6 +232,7 @@ fn state_json(root: &Path, c: &Container) -> Value {
 
 /// Removes what a failed `create` left: libcontainer's state and the shadow bundle.
 fn cleanup(root: &Path, id: &str) {
+    stop_broker(root, id);
     if let Ok(mut c) = Container::load(root.join(id)) {
         let _ = c.delete(true);
     }
@@ -288,12 +290,41 @@ fn create(
                 .build()
                 .map_err(rt("create"))
         });
-    match built {
-        Ok(c) => Ok(c),
+    let c = match built {
+        Ok(c) => c,
         Err(e) => {
             cleanup(&root, a.id);
-            Err(e)
+            return Err(e);
         }
+    };
+    if let Some(net) = prepared.state.plan.as_ref().and_then(|p| p.network.as_ref()) {
+        let attached = c
+            .pid()
+            .ok_or_else(|| OciError::Config("network broker: the container has no init".into()))
+            .and_then(|pid| network::attach(pid.as_raw(), net, &prepared.dir));
+        match attached {
+            Ok(broker) => {
+                let mut st = prepared.state.clone();
+                st.broker_pid = Some(broker);
+                if let Err(e) = st.save(&root, a.id) {
+                    network::stop(broker);
+                    cleanup(&root, a.id);
+                    return Err(e);
+                }
+                log.debug(&format!("network broker {broker} attached"));
+            }
+            Err(e) => {
+                cleanup(&root, a.id);
+                return Err(e);
+            }
+        }
+    }
+    Ok(c)
+}
+
+fn stop_broker(root: &Path, id: &str) {
+    if let Some(pid) = ShimState::load(root, id).ok().and_then(|s| s.broker_pid) {
+        network::stop(pid);
     }
 }
 
@@ -620,9 +651,11 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
             match load(&root, &a.container_id) {
                 Ok(mut c) => {
                     c.delete(a.force).map_err(rt("delete"))?;
+                    stop_broker(&root, &a.container_id);
                     let _ = std::fs::remove_dir_all(shim_dir(&root, &a.container_id));
                 }
                 Err(OciError::NotFound(_)) if a.force => {
+                    stop_broker(&root, &a.container_id);
                     let _ = std::fs::remove_dir_all(shim_dir(&root, &a.container_id));
                 }
                 Err(e) => return Err(e),
@@ -654,6 +687,7 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
             let code = wait_exit(c.pid().map_or(-1, |p| p.as_raw()));
             if !a.keep {
                 let _ = c.delete(true);
+                stop_broker(&root, &a.container_id);
                 let _ = std::fs::remove_dir_all(shim_dir(&root, &a.container_id));
             }
             return Ok(code);
@@ -704,6 +738,22 @@ fn raw_log_args(args: &[String]) -> (Option<PathBuf>, Option<String>) {
 /// Entry point of the `vetto-shim` binary.
 pub fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("__broker") {
+        // The network broker of a hardened container (started by `create`, never by hand);
+        // one line per connection to its log (`.vetto/<id>/broker.log`).
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .try_init();
+        return match crate::broker_cmd::run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("vetto-shim: {e:#}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {

@@ -74,6 +74,9 @@ pub struct ShimState {
     /// The policy's network mode (`off`, `allowlist`, `strict`).
     #[serde(default)]
     pub network_mode: String,
+    /// The network broker's pid, when one was attached.
+    #[serde(default)]
+    pub broker_pid: Option<i32>,
 }
 
 /// vetto's directory for one container.
@@ -98,6 +101,20 @@ impl ShimState {
         })?;
         serde_json::from_str(&text)
             .map_err(|e| OciError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// Rewrites the record of `id`.
+    pub fn save(&self, root: &Path, id: &str) -> Result<(), OciError> {
+        let path = shim_dir(root, id).join("vetto.json");
+        let body = serde_json::to_vec_pretty(self).map_err(|e| OciError::Config(e.to_string()))?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, body)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|source| OciError::Io {
+                what: "writing the container record",
+                path,
+                source,
+            })
     }
 
     /// The executor for the init or an `exec`'d process.
@@ -346,6 +363,7 @@ pub fn prepare(
         nnp_forced,
         pass_through,
         network_mode,
+        broker_pid: None,
     };
     let executor = state.executor()?;
     let summary = match &state.plan {

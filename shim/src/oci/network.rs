@@ -1,0 +1,101 @@
+//! The network broker for hardened `vetto-shim` containers whose policy is not `off`.
+//!
+//! The container has no interface but `lo` (checked by its init). After `create` has built
+//! it, the runtime forks a child that joins the container's network namespace, brings `lo`
+//! up, binds the broker's listeners on the container's 127.0.0.1 and sends them back over a
+//! socket pair; the runtime then starts `vetto-shim __broker` with them, as a daemon in its
+//! own session that exits with the container's init. The proxy variables were put in the
+//! container's environment by the hardening. Dialing happens from the host's network
+//! namespace, after the broker's checks (see `broker/`).
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
+use std::time::Duration;
+
+use vetto_bundle::plan::NetPlan;
+use vetto_hooks::{listen, netlo};
+
+use super::OciError;
+use crate::sidecar;
+
+fn net_err(msg: String) -> OciError {
+    OciError::Config(format!("network broker: {msg}"))
+}
+
+/// In a forked child: join the namespace, bring `lo` up, bind and send the listeners.
+fn child(netns: RawFd, net: &NetPlan, sock: RawFd) -> i32 {
+    // SAFETY: setns with a descriptor we hold; affects only this (forked) process.
+    if unsafe { libc::setns(netns, libc::CLONE_NEWNET) } != 0 {
+        return 2;
+    }
+    if netlo::loopback_up().is_err() {
+        return 3;
+    }
+    match listen::open_and_send(&net.listeners, false, sock) {
+        Ok(()) => 0,
+        Err(_) => 4,
+    }
+}
+
+/// Attach the broker to the container whose init is `init_pid`; returns the broker's pid.
+pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError> {
+    let plan = net
+        .broker
+        .as_ref()
+        .ok_or_else(|| net_err("no broker plan".into()))?;
+    let netns = std::fs::File::open(format!("/proc/{init_pid}/ns/net"))
+        .map_err(|e| net_err(format!("opening the container's network namespace: {e}")))?;
+    let (ours, theirs) = sidecar::channel().map_err(|e| net_err(format!("{e:#}")))?;
+    // SAFETY: the runtime is single-threaded (libcontainer is done); the child only makes
+    // syscalls and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(net_err(format!("fork: {}", std::io::Error::last_os_error())));
+    }
+    if pid == 0 {
+        let code = child(netns.as_raw_fd(), net, theirs.as_raw_fd());
+        // SAFETY: leaving the forked child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    drop(theirs);
+    let mut status = 0;
+    // SAFETY: waiting for the child we just forked.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let code = vetto_hooks::init::exit_status(status);
+    if code != 0 {
+        return Err(net_err(
+            match code {
+                2 => "cannot join the container's network namespace",
+                3 => "cannot bring lo up in the container",
+                4 => "cannot listen on the container's 127.0.0.1 (a port the broker needs is taken)",
+                _ => "the helper that binds the listeners failed",
+            }
+            .into(),
+        ));
+    }
+    let fds = sidecar::receive(&ours, net.listeners.len(), Duration::from_secs(5))
+        .map_err(|e| net_err(format!("{e:#}")))?;
+    let log = std::fs::File::create(dir.join("broker.log"))
+        .map_err(|e| net_err(format!("broker log: {e}")))?;
+    let child = sidecar::spawn(
+        plan,
+        &net.listeners,
+        fds,
+        vec![],
+        sidecar::Lifetime::Watch {
+            pid: init_pid,
+            log,
+        },
+    )
+    .map_err(|e| net_err(format!("{e:#}")))?;
+    Ok(child.id() as i32)
+}
+
+/// Stops the broker recorded for a container (if that pid is still a broker).
+pub fn stop(pid: i32) {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if cmdline.split(|b| *b == 0).any(|a| a == b"__broker") {
+        // SAFETY: kill with integers, on a process verified to be a broker.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
