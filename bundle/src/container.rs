@@ -176,7 +176,13 @@ pub fn refusals(spec: &Value) -> Vec<String> {
     let mut out = vec![];
     let caps = spec.pointer("/process/capabilities");
     let mut held: Vec<String> = vec![];
-    for set in ["bounding", "effective", "permitted", "inheritable", "ambient"] {
+    for set in [
+        "bounding",
+        "effective",
+        "permitted",
+        "inheritable",
+        "ambient",
+    ] {
         for c in strs(caps.and_then(|c| c.get(set))) {
             if PRIVILEGED_CAPS.contains(&c.as_str()) && !held.contains(&c) {
                 held.push(c);
@@ -196,7 +202,10 @@ pub fn refusals(spec: &Value) -> Vec<String> {
         .flatten()
     {
         let allow = d.get("allow").and_then(Value::as_bool) == Some(true);
-        let any_type = d.get("type").and_then(Value::as_str).is_none_or(|t| t == "a");
+        let any_type = d
+            .get("type")
+            .and_then(Value::as_str)
+            .is_none_or(|t| t == "a");
         let any_dev = d.get("major").is_none() && d.get("minor").is_none();
         if allow && any_type && any_dev {
             out.push("a privileged container (every device allowed)".into());
@@ -216,8 +225,10 @@ pub fn refusals(spec: &Value) -> Vec<String> {
             None => out.push(format!("the host's {what} namespace")),
             Some(n) => {
                 let p = n.get("path").and_then(Value::as_str).unwrap_or("");
-                if p == format!("/proc/1/ns/{}", if kind == "network" { "net" } else { kind })
-                    || p == "/proc/self/ns/net"
+                if p == format!(
+                    "/proc/1/ns/{}",
+                    if kind == "network" { "net" } else { kind }
+                ) || p == "/proc/self/ns/net"
                 {
                     out.push(format!("the host's {what} namespace ({p})"));
                 }
@@ -238,7 +249,9 @@ pub fn refusals(spec: &Value) -> Vec<String> {
         let path = Path::new(src);
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if DAEMON_SOCKETS.contains(&name) {
-            out.push(format!("a bind of the container daemon socket {src} (at {dst})"));
+            out.push(format!(
+                "a bind of the container daemon socket {src} (at {dst})"
+            ));
         } else if path.is_dir() {
             let holds = DAEMON_SOCKETS
                 .iter()
@@ -472,17 +485,25 @@ mod tests {
     fn privileged_and_host_namespaces_are_refused_with_every_reason() {
         let mut s = base(json!([]));
         s["process"]["capabilities"]["bounding"] = json!(["CAP_SYS_ADMIN", "CAP_CHOWN"]);
-        s["linux"]["namespaces"] = json!([{"type": "mount"}, {"type": "pid", "path": "/proc/1/ns/pid"}]);
+        s["linux"]["namespaces"] =
+            json!([{"type": "mount"}, {"type": "pid", "path": "/proc/1/ns/pid"}]);
         s["linux"]["resources"] = json!({"devices": [{"allow": true, "access": "rwm"}]});
         let r = refusals(&s);
         let all = r.join("\n");
         assert!(all.contains("CAP_SYS_ADMIN"), "{all}");
         assert!(all.contains("every device"), "{all}");
         assert!(all.contains("host's network namespace"), "{all}");
-        assert!(all.contains("host's PID namespace (/proc/1/ns/pid)"), "{all}");
+        assert!(
+            all.contains("host's PID namespace (/proc/1/ns/pid)"),
+            "{all}"
+        );
         let policy = resolve_host_policy("default").expect("policy");
         let e = harden(&mut s, &policy, "default", Path::new("/nonexistent")).expect_err("refused");
-        assert!(e.to_string().starts_with("refused by vetto policy \"default\": a privileged container"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("refused by vetto policy \"default\": a privileged container"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -496,7 +517,10 @@ mod tests {
         ]));
         let all = refusals(&s).join("\n");
         assert!(all.contains("daemon socket /var/run/docker.sock"), "{all}");
-        assert!(all.contains("which holds the container daemon socket docker.sock"), "{all}");
+        assert!(
+            all.contains("which holds the container daemon socket docker.sock"),
+            "{all}"
+        );
         assert!(all.contains("host's / (at /host)"), "{all}");
     }
 
@@ -518,16 +542,33 @@ mod tests {
         assert_eq!(s["process"]["noNewPrivileges"], json!(true));
         let env = strs(s.pointer("/process/env"));
         assert!(env.contains(&"PATH=/bin".to_string()));
-        assert!(!env.iter().any(|e| e.starts_with("GH_TOKEN") || e.starts_with("AWS_")));
+        assert!(!env
+            .iter()
+            .any(|e| e.starts_with("GH_TOKEN") || e.starts_with("AWS_")));
         assert_eq!(plan.env_removed, vec!["GH_TOKEN", "AWS_SECRET_ACCESS_KEY"]);
-        let masked: Vec<String> = plan.masks.iter().map(|m| m.path.display().to_string()).collect();
-        assert!(masked.contains(&"/workspace/.env".to_string()), "{masked:?}");
+        let masked: Vec<String> = plan
+            .masks
+            .iter()
+            .map(|m| m.path.display().to_string())
+            .collect();
+        assert!(
+            masked.contains(&"/workspace/.env".to_string()),
+            "{masked:?}"
+        );
         assert!(masked.contains(&"/ro/.env".to_string()), "{masked:?}");
         let mounts = s["mounts"].as_array().expect("mounts");
-        assert!(mounts.iter().any(|m| m["destination"] == json!("/workspace/.env") && m["source"] == json!("/dev/null")));
-        assert!(mounts.iter().any(|m| m["destination"] == json!("/workspace/.git/hooks") && strs(m.get("options")).contains(&"ro".to_string())));
+        assert!(mounts
+            .iter()
+            .any(|m| m["destination"] == json!("/workspace/.env")
+                && m["source"] == json!("/dev/null")));
+        assert!(mounts
+            .iter()
+            .any(|m| m["destination"] == json!("/workspace/.git/hooks")
+                && strs(m.get("options")).contains(&"ro".to_string())));
         // Nothing protected is added under the read-only bind.
-        assert!(!mounts.iter().any(|m| m["destination"] == json!("/ro/.git/hooks")));
+        assert!(!mounts
+            .iter()
+            .any(|m| m["destination"] == json!("/ro/.git/hooks")));
         let writable: Vec<String> = plan
             .landlock
             .rules
@@ -536,7 +577,12 @@ mod tests {
             .map(|r| r.path.display().to_string())
             .collect();
         assert!(writable.contains(&"/tmp".to_string()));
-        assert!(!writable.iter().any(|p| p == "/" || p.starts_with("/ro") || p == "/proc"), "{writable:?}");
+        assert!(
+            !writable
+                .iter()
+                .any(|p| p == "/" || p.starts_with("/ro") || p == "/proc"),
+            "{writable:?}"
+        );
         assert!(writable.iter().any(|p| p == "/workspace"), "{writable:?}");
     }
 
@@ -548,7 +594,11 @@ mod tests {
         ]));
         let policy = resolve_host_policy("read-only").expect("policy");
         let plan = harden(&mut s, &policy, "read-only", Path::new("/nonexistent")).expect("harden");
-        assert!(!plan.landlock.rules.iter().any(|r| r.path == Path::new("/workspace")));
+        assert!(!plan
+            .landlock
+            .rules
+            .iter()
+            .any(|r| r.path == Path::new("/workspace")));
         let e = resolve_host_policy("no-such-profile").expect_err("unknown");
         assert!(e.to_string().contains("no-such-profile"), "{e}");
         let e = resolve_host_policy("/nonexistent/policy.toml").expect_err("missing file");

@@ -302,12 +302,22 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<CompiledProfile, OciSeccompErro
     let mut a = Asm::default();
     let native = a.label();
     a.stmt(LD_W_ABS, DATA_ARCH);
-    a.jump(JEQ_K, AUDIT_ARCH_X86_64, Target::Label(native), Target::Next);
+    a.jump(
+        JEQ_K,
+        AUDIT_ARCH_X86_64,
+        Target::Label(native),
+        Target::Next,
+    );
     a.stmt(RET_K, foreign);
     a.place(native);
     a.stmt(LD_W_ABS, DATA_NR);
     let after_x32 = a.label();
-    a.jump(JGE_K, X32_SYSCALL_BIT, Target::Next, Target::Label(after_x32));
+    a.jump(
+        JGE_K,
+        X32_SYSCALL_BIT,
+        Target::Next,
+        Target::Label(after_x32),
+    );
     a.stmt(RET_K, foreign);
     a.place(after_x32);
 
@@ -366,7 +376,8 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<CompiledProfile, OciSeccompErro
 /// caller set `no_new_privs` itself (what `vetto-shim` arranges, see its documentation).
 pub fn install(p: &CompiledProfile) -> Result<(), OciSeccompError> {
     let prog = libc::sock_fprog {
-        len: u16::try_from(p.program.len()).map_err(|_| OciSeccompError::TooLong(p.program.len()))?,
+        len: u16::try_from(p.program.len())
+            .map_err(|_| OciSeccompError::TooLong(p.program.len()))?,
         // seccompiler's sock_filter has the kernel's layout (u16, u8, u8, u32).
         filter: p.program.as_ptr() as *mut libc::sock_filter,
     };
@@ -492,14 +503,12 @@ mod tests {
         .expect("compile");
         in_child(|| {
             install_nnp(&p)?;
-            // SAFETY: integer-only syscalls.
-            expect_errno(
-                "x32 getpid",
-                unsafe { libc::syscall(libc::SYS_getpid | 0x4000_0000) },
-                libc::EPERM,
-            )?;
-            // SAFETY: as above.
-            expect_errno("getppid", unsafe { libc::syscall(libc::SYS_getppid) }, libc::EPERM)
+            // SAFETY: an integer-only syscall.
+            let x32 = unsafe { libc::syscall(libc::SYS_getpid | 0x4000_0000) };
+            expect_errno("x32 getpid", x32, libc::EPERM)?;
+            // SAFETY: an integer-only syscall.
+            let ppid = unsafe { libc::syscall(libc::SYS_getppid) };
+            expect_errno("getppid", ppid, libc::EPERM)
         });
     }
 

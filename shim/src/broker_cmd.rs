@@ -81,7 +81,10 @@ pub fn run() -> Result<()> {
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
-    if let Some(pid) = std::env::var(WATCH_ENV).ok().and_then(|p| p.parse::<i32>().ok()) {
+    if let Some(pid) = std::env::var(WATCH_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    {
         watch(pid)?;
     }
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -1,6 +1,5 @@
 //! The `vetto` binary: the command line edge, where errors get their context.
 
-
 use std::process::ExitCode;
 
 use anyhow::Result;

@@ -279,16 +279,15 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let broker = match (&listen_sock, &net.broker) {
         (Some(sock), Some(plan)) => {
             let want = net.listeners.len() + usize::from(!net.publish.is_empty());
-            let started = sidecar::receive(sock, want, Duration::from_secs(10))
-                .and_then(|fds| {
-                    sidecar::spawn(
-                        plan,
-                        &net.listeners,
-                        fds,
-                        published,
-                        sidecar::Lifetime::DieWithParent,
-                    )
-                });
+            let started = sidecar::receive(sock, want, Duration::from_secs(10)).and_then(|fds| {
+                sidecar::spawn(
+                    plan,
+                    &net.listeners,
+                    fds,
+                    published,
+                    sidecar::Lifetime::DieWithParent,
+                )
+            });
             match started {
                 Ok(child) => Some(child),
                 Err(e) => {

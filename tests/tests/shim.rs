@@ -111,10 +111,13 @@ impl World {
     }
     fn last_error(&self) -> String {
         let text = std::fs::read_to_string(self.log()).unwrap_or_default();
-        text.lines()
+        let lines: Vec<Value> = text
+            .lines()
             .map(|l| serde_json::from_str::<Value>(l).expect("every log line is JSON"))
-            .filter(|v| v["level"] == "error")
-            .last()
+            .collect();
+        lines
+            .into_iter()
+            .rfind(|v| v["level"] == "error")
             .and_then(|v| v["msg"].as_str().map(str::to_string))
             .unwrap_or_default()
     }
@@ -175,8 +178,14 @@ fn lifecycle_create_start_state_kill_delete() {
     // The init has exited: gone, or a zombie waiting for whoever adopted it (containerd's
     // shim is a subreaper; here it is the machine's init).
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().and_then(|r| r.split_whitespace().next());
-    assert!(matches!(state, None | Some("Z")), "init still alive: {stat}");
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|r| r.split_whitespace().next());
+    assert!(
+        matches!(state, None | Some("Z")),
+        "init still alive: {stat}"
+    );
     let o = w.shim(&["state", "c1"]);
     assert!(!o.status.success());
     assert_eq!(w.last_error(), "container \"c1\" does not exist");
@@ -201,10 +210,17 @@ fn malformed_config_is_named_in_the_json_log_and_leaves_nothing() {
     let o = w.run(&[], "c-bad");
     assert!(!o.status.success());
     let e = w.last_error();
-    assert!(e.contains(&cfg.display().to_string()) && e.contains("line 1"), "{e}");
+    assert!(
+        e.contains(&cfg.display().to_string()) && e.contains("line 1"),
+        "{e}"
+    );
     assert!(w.nothing_left("c-bad"));
     // A well-formed JSON that is not a valid OCI config.
-    std::fs::write(&cfg, "{\"ociVersion\": \"1.0.2\", \"process\": {\"args\": 3}}").expect("write");
+    std::fs::write(
+        &cfg,
+        "{\"ociVersion\": \"1.0.2\", \"process\": {\"args\": 3}}",
+    )
+    .expect("write");
     let o = w.run(&[], "c-bad");
     assert!(!o.status.success());
     assert!(w.last_error().contains("config.json"), "{}", w.last_error());
@@ -212,10 +228,18 @@ fn malformed_config_is_named_in_the_json_log_and_leaves_nothing() {
     // Bad ids and unknown flags are errors too, in the log.
     let o = w.run(&[], "../escape");
     assert!(!o.status.success());
-    assert!(w.last_error().contains("invalid container id"), "{}", w.last_error());
+    assert!(
+        w.last_error().contains("invalid container id"),
+        "{}",
+        w.last_error()
+    );
     let o = w.shim(&["--no-such-flag", "state", "x"]);
     assert!(!o.status.success());
-    assert!(w.last_error().contains("--no-such-flag"), "{}", w.last_error());
+    assert!(
+        w.last_error().contains("--no-such-flag"),
+        "{}",
+        w.last_error()
+    );
 }
 
 #[test]
@@ -232,13 +256,24 @@ fn bundle_seccomp_profile_is_enforced() {
     w.script("mkdir /tmp/d 2>&1; echo rc=$?; touch /dev/shm/f && echo touched; grep Seccomp_filters /proc/self/status");
     let o = w.run(&[], "c-sec");
     let s = out(&o);
-    assert!(s.contains("Function not implemented") && s.contains("rc=1"), "{s}{}", err(&o));
-    assert!(s.contains("touched") && s.contains("Seccomp_filters:\t1"), "{s}");
+    assert!(
+        s.contains("Function not implemented") && s.contains("rc=1"),
+        "{s}{}",
+        err(&o)
+    );
+    assert!(
+        s.contains("touched") && s.contains("Seccomp_filters:\t1"),
+        "{s}"
+    );
     // A profile naming a seccomp agent is refused before anything runs.
     w.edit(|v| v["linux"]["seccomp"]["defaultAction"] = json!("SCMP_ACT_NOTIFY"));
     let o = w.run(&[], "c-sec2");
     assert!(!o.status.success());
-    assert!(w.last_error().contains("SCMP_ACT_NOTIFY"), "{}", w.last_error());
+    assert!(
+        w.last_error().contains("SCMP_ACT_NOTIFY"),
+        "{}",
+        w.last_error()
+    );
     assert!(w.nothing_left("c-sec2"));
 }
 
@@ -279,7 +314,11 @@ fn hardened_bundle_masks_secrets_and_limits_writes() {
     w.edit(|v| v["annotations"] = json!({"dev.vetto.policy": "none"}));
     let o = w.run(&["--vetto-policy", "default"], "c-none");
     assert!(!o.status.success());
-    assert!(w.last_error().contains("requires a policy"), "{}", w.last_error());
+    assert!(
+        w.last_error().contains("requires a policy"),
+        "{}",
+        w.last_error()
+    );
     assert!(w.nothing_left("c-none"));
 }
 
@@ -344,7 +383,12 @@ fn rootless_run_as_nobody_with_a_hardened_rootless_bundle() {
     std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let nobody = |userns: bool, args: &[&str]| -> Output {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]);
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ]);
         if userns {
             // What rootless Podman does: run the runtime as root of the user's namespace.
             c.args(["unshare", "--user", "--map-root-user"]);
@@ -352,10 +396,21 @@ fn rootless_run_as_nobody_with_a_hardened_rootless_bundle() {
         c.arg("env")
             .arg("-i")
             .arg("PATH=/usr/bin:/bin")
-            .arg(format!("XDG_RUNTIME_DIR={}", w.dir.path().join("run").display()))
-            .arg(format!("VETTO_SHIM_CONFIG={}", w.dir.path().join("none.toml").display()))
+            .arg(format!(
+                "XDG_RUNTIME_DIR={}",
+                w.dir.path().join("run").display()
+            ))
+            .arg(format!(
+                "VETTO_SHIM_CONFIG={}",
+                w.dir.path().join("none.toml").display()
+            ))
             .arg(&bin)
-            .args(["--log", w.log().to_str().expect("utf8"), "--log-format", "json"])
+            .args([
+                "--log",
+                w.log().to_str().expect("utf8"),
+                "--log-format",
+                "json",
+            ])
             .args(args)
             .output()
             .expect("setpriv")
@@ -369,7 +424,14 @@ fn rootless_run_as_nobody_with_a_hardened_rootless_bundle() {
         "echo \"env=[$(cat /workspace/.env)]\"; echo x > /workspace/ok && echo ws-ok; \
          grep Seccomp_filters /proc/self/status",
     );
-    let o = as_nobody(&["--vetto-policy", "default", "run", "--bundle", b.to_str().expect("utf8"), "rl1"]);
+    let o = as_nobody(&[
+        "--vetto-policy",
+        "default",
+        "run",
+        "--bundle",
+        b.to_str().expect("utf8"),
+        "rl1",
+    ]);
     let s = out(&o);
     assert!(
         s.contains("env=[]") && s.contains("ws-ok") && s.contains("Seccomp_filters:\t1"),
@@ -379,10 +441,19 @@ fn rootless_run_as_nobody_with_a_hardened_rootless_bundle() {
     );
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::metadata(w.ws().join("ok")).expect("written").uid();
-    assert_eq!(owner, 65534, "files the container writes belong to the caller");
-    assert!(!w.dir.path().join("run/vetto-shim/rl1").exists(), "state left behind");
+    assert_eq!(
+        owner, 65534,
+        "files the container writes belong to the caller"
+    );
+    assert!(
+        !w.dir.path().join("run/vetto-shim/rl1").exists(),
+        "state left behind"
+    );
     // Outside a user namespace an unprivileged caller is told what to do instead.
-    let o = nobody(false, &["run", "--bundle", b.to_str().expect("utf8"), "rl2"]);
+    let o = nobody(
+        false,
+        &["run", "--bundle", b.to_str().expect("utf8"), "rl2"],
+    );
     assert!(!o.status.success());
     assert!(w.last_error().contains("unshare -Ur"), "{}", w.last_error());
 }

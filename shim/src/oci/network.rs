@@ -50,7 +50,10 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
     // syscalls and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(net_err(format!("fork: {}", std::io::Error::last_os_error())));
+        return Err(net_err(format!(
+            "fork: {}",
+            std::io::Error::last_os_error()
+        )));
     }
     if pid == 0 {
         let code = child(netns.as_raw_fd(), net, theirs.as_raw_fd());
@@ -67,7 +70,9 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
             match code {
                 2 => "cannot join the container's network namespace",
                 3 => "cannot bring lo up in the container",
-                4 => "cannot listen on the container's 127.0.0.1 (a port the broker needs is taken)",
+                4 => {
+                    "cannot listen on the container's 127.0.0.1 (a port the broker needs is taken)"
+                }
                 _ => "the helper that binds the listeners failed",
             }
             .into(),
@@ -82,10 +87,7 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
         &net.listeners,
         fds,
         vec![],
-        sidecar::Lifetime::Watch {
-            pid: init_pid,
-            log,
-        },
+        sidecar::Lifetime::Watch { pid: init_pid, log },
     )
     .map_err(|e| net_err(format!("{e:#}")))?;
     Ok(child.id() as i32)

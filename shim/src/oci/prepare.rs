@@ -127,9 +127,10 @@ impl ShimState {
         let (landlock, deny_list) = match &self.plan {
             Some(p) => (
                 Some(p.landlock.clone()),
-                Some(vetto_hooks::seccomp::compile(&p.seccomp).map_err(|e| {
-                    OciError::Config(format!("vetto seccomp deny-list: {e}"))
-                })?),
+                Some(
+                    vetto_hooks::seccomp::compile(&p.seccomp)
+                        .map_err(|e| OciError::Config(format!("vetto seccomp deny-list: {e}")))?,
+                ),
             ),
             None => (None, None),
         };
@@ -159,9 +160,9 @@ pub fn select_policy(
     let asked = annotations
         .and_then(|a| a.get(POLICY_ANNOTATION))
         .map(|v| {
-            v.as_str()
-                .map(str::to_string)
-                .ok_or_else(|| OciError::Config(format!("annotation {POLICY_ANNOTATION} is not a string")))
+            v.as_str().map(str::to_string).ok_or_else(|| {
+                OciError::Config(format!("annotation {POLICY_ANNOTATION} is not a string"))
+            })
         })
         .transpose()?;
     let chosen = match asked {
@@ -183,7 +184,11 @@ pub fn select_policy(
         } else if sel.contains('/') || vetto_bundle::profiles::text(sel).is_none() {
             return Err(OciError::Config(format!(
                 "{POLICY_ANNOTATION}={sel:?}: not a profile ({}) nor an absolute path",
-                vetto_bundle::profiles::PROFILES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                vetto_bundle::profiles::PROFILES
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
     }
@@ -211,7 +216,10 @@ fn check_host_owned(path: &Path) -> Result<(), OciError> {
             return Err(bad("its directory cannot be read".into()));
         };
         if m.uid() != 0 && m.uid() != me {
-            return Err(bad(format!("the {what} is owned by uid {}, not by the host", m.uid())));
+            return Err(bad(format!(
+                "the {what} is owned by uid {}, not by the host",
+                m.uid()
+            )));
         }
         if m.permissions().mode() & 0o022 != 0 {
             return Err(bad(format!("the {what} is writable by group or others")));
@@ -298,7 +306,11 @@ pub fn prepare(
     let plan = match &selector {
         Some(sel) => {
             let policy = container::resolve_host_policy(sel)?;
-            pass_through = policy.pass_through.iter().map(|s| s.value.clone()).collect();
+            pass_through = policy
+                .pass_through
+                .iter()
+                .map(|s| s.value.clone())
+                .collect();
             network_mode = policy.network.value.to_string();
             Some(container::harden(&mut spec, &policy, sel, &home_dir())?)
         }
@@ -316,9 +328,16 @@ pub fn prepare(
 
     // Never an empty cgroupsPath: libcontainer would then use (and on delete, kill) the
     // caller's own cgroup.
-    if spec.pointer("/linux/cgroupsPath").and_then(Value::as_str).is_none_or(str::is_empty) {
+    if spec
+        .pointer("/linux/cgroupsPath")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
         if let Some(linux) = spec.get_mut("linux").and_then(Value::as_object_mut) {
-            linux.insert("cgroupsPath".into(), Value::String(format!("/vetto-shim/{id}")));
+            linux.insert(
+                "cgroupsPath".into(),
+                Value::String(format!("/vetto-shim/{id}")),
+            );
         }
     }
 
@@ -347,7 +366,10 @@ pub fn prepare(
         oci_seccomp::compile(s)?;
     }
     let mut nnp_forced = false;
-    let nnp = spec.pointer("/process/noNewPrivileges").and_then(Value::as_bool) == Some(true);
+    let nnp = spec
+        .pointer("/process/noNewPrivileges")
+        .and_then(Value::as_bool)
+        == Some(true);
     if (seccomp.is_some() || plan.is_some()) && !nnp && !caps_hold(&spec, "CAP_SYS_ADMIN") {
         if let Some(p) = spec.get_mut("process").and_then(Value::as_object_mut) {
             p.insert("noNewPrivileges".into(), Value::Bool(true));
@@ -420,9 +442,7 @@ pub fn filter_env(state: &ShimState, env: &mut HashMap<String, String>) -> Vec<S
     }
     let drop: Vec<String> = env
         .keys()
-        .filter(|k| {
-            vetto_bundle::translate::never_passes(k) && !state.pass_through.contains(*k)
-        })
+        .filter(|k| vetto_bundle::translate::never_passes(k) && !state.pass_through.contains(*k))
         .cloned()
         .collect();
     for k in &drop {
