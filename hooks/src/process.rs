@@ -220,6 +220,119 @@ pub fn drop_all_capabilities() -> Result<CapsDropped, ProcessError> {
     }
 }
 
+/// Capability sets as bit masks (bit N = capability N).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct CapSets {
+    /// Bounding set.
+    pub bounding: u64,
+    /// Effective set.
+    pub effective: u64,
+    /// Permitted set.
+    pub permitted: u64,
+    /// Inheritable set.
+    pub inheritable: u64,
+}
+
+/// The bit of a capability named as in OCI (`"CAP_SYS_ADMIN"`); `None` if unknown.
+pub fn cap_bit(name: &str) -> Option<u64> {
+    const NAMES: &[&str] = &[
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "DAC_READ_SEARCH",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "SETGID",
+        "SETUID",
+        "SETPCAP",
+        "LINUX_IMMUTABLE",
+        "NET_BIND_SERVICE",
+        "NET_BROADCAST",
+        "NET_ADMIN",
+        "NET_RAW",
+        "IPC_LOCK",
+        "IPC_OWNER",
+        "SYS_MODULE",
+        "SYS_RAWIO",
+        "SYS_CHROOT",
+        "SYS_PTRACE",
+        "SYS_PACCT",
+        "SYS_ADMIN",
+        "SYS_BOOT",
+        "SYS_NICE",
+        "SYS_RESOURCE",
+        "SYS_TIME",
+        "SYS_TTY_CONFIG",
+        "MKNOD",
+        "LEASE",
+        "AUDIT_WRITE",
+        "AUDIT_CONTROL",
+        "SETFCAP",
+        "MAC_OVERRIDE",
+        "MAC_ADMIN",
+        "SYSLOG",
+        "WAKE_ALARM",
+        "BLOCK_SUSPEND",
+        "AUDIT_READ",
+        "PERFMON",
+        "BPF",
+        "CHECKPOINT_RESTORE",
+    ];
+    let short = name.strip_prefix("CAP_")?;
+    NAMES.iter().position(|n| *n == short).map(|i| 1u64 << i)
+}
+
+/// Narrows the calling thread's capabilities to `target`: drops from the bounding set what
+/// `target.bounding` lacks (needs `CAP_SETPCAP`, so that is done first), then sets effective,
+/// permitted and inheritable with `capset`. Only narrows: a capability the thread lacks is not
+/// gained. The ambient set is left alone (the kernel clears ambient capabilities that leave
+/// the permitted or inheritable set).
+pub fn set_capabilities(target: &CapSets) -> Result<(), ProcessError> {
+    for cap in 0..=last_cap() {
+        if target.bounding & (1u64 << cap) != 0 {
+            continue;
+        }
+        let cap = libc::c_ulong::from(cap);
+        // SAFETY: PR_CAPBSET_READ takes integer arguments only.
+        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } {
+            0 => continue,
+            1 => {}
+            _ => return Err(sys("prctl(PR_CAPBSET_READ)")),
+        }
+        // SAFETY: PR_CAPBSET_DROP takes integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            return Err(sys("prctl(PR_CAPBSET_DROP)"));
+        }
+    }
+    let (eff, perm, inh) = capget()?;
+    let (eff, perm, inh) = (
+        eff & target.effective,
+        perm & target.permitted,
+        inh & target.inheritable,
+    );
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [
+        CapData {
+            effective: eff as u32,
+            permitted: perm as u32,
+            inheritable: inh as u32,
+        },
+        CapData {
+            effective: (eff >> 32) as u32,
+            permitted: (perm >> 32) as u32,
+            inheritable: (inh >> 32) as u32,
+        },
+    ];
+    // SAFETY: version 3 makes the kernel read exactly two `CapData` from `data`.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return Err(sys("capset"));
+    }
+    Ok(())
+}
+
 /// Closes every file descriptor above `fd` (`close_range`, or `/proc/self/fd` on kernels
 /// before 5.9).
 pub fn close_fds_above(fd: libc::c_int) -> Result<(), ProcessError> {
@@ -546,6 +659,57 @@ mod tests {
                 if u64::from_str_radix(&status_line(name)?, 16) != Ok(0) {
                     return Err(format!("{name} = {}", status_line(name)?));
                 }
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod set_caps_tests {
+    use super::*;
+    use crate::testutil::{enter_user_and_net_ns, in_child};
+
+    fn status(field: &str) -> Result<u64, String> {
+        let s = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+        let v = s
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .ok_or(format!("no {field}"))?;
+        u64::from_str_radix(v.trim(), 16).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn narrows_to_the_target_sets_and_names_resolve() {
+        assert_eq!(cap_bit("CAP_SYS_ADMIN"), Some(1 << 21));
+        assert_eq!(cap_bit("CAP_CHOWN"), Some(1));
+        assert_eq!(cap_bit("CAP_BPF"), Some(1 << 39));
+        assert_eq!(cap_bit("SYS_ADMIN"), None);
+        assert_eq!(cap_bit("CAP_NOPE"), None);
+        in_child(|| {
+            enter_user_and_net_ns()?;
+            let keep = (1 << 0) | (1 << 5); // CHOWN, KILL
+            let target = CapSets {
+                bounding: keep,
+                effective: keep,
+                permitted: keep,
+                inheritable: 0,
+            };
+            set_capabilities(&target).map_err(|e| e.to_string())?;
+            let (eff, bnd, prm) = (status("CapEff:")?, status("CapBnd:")?, status("CapPrm:")?);
+            if (eff, bnd, prm) != (keep, keep, keep) {
+                return Err(format!("eff {eff:x} bnd {bnd:x} prm {prm:x}"));
+            }
+            // Narrowing never widens: asking for more keeps what is left.
+            set_capabilities(&CapSets {
+                bounding: u64::MAX,
+                effective: u64::MAX,
+                permitted: u64::MAX,
+                inheritable: 0,
+            })
+            .map_err(|e| e.to_string())?;
+            if status("CapEff:")? != keep {
+                return Err("widened".into());
             }
             Ok(())
         });

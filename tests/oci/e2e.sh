@@ -110,6 +110,13 @@ P=("${PODMAN[@]}" run --rm --network none "${UL[@]}")
 out=$("${P[@]}" localhost/vetto-e2e sh -c 'echo hello; probe ptrace; grep Seccomp_filters /proc/self/status' 2>&1)
 expect podman_plain_run_honours_the_bundle_seccomp_profile $'hello\nptrace: allowed\nSeccomp_filters:\t1' "$out"
 
+# Without a policy, what the process gets is what runc gives it.
+CAPS='grep -E "^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):" /proc/self/status'
+ours=$("${P[@]}" localhost/vetto-e2e sh -c "$CAPS" 2>&1)
+theirs=$("${PODMAN[@]}" --runtime "$(command -v runc)" run --rm --network none "${UL[@]}" localhost/vetto-e2e sh -c "$CAPS" 2>&1)
+[ -n "$ours" ] && [ "$ours" = "$theirs" ] && ok podman_plain_process_matches_runc \
+  || bad podman_plain_process_matches_runc "vetto-shim:" "$ours" "runc:" "$theirs"
+
 out=$("${P[@]}" --annotation dev.vetto.policy=default -e GH_TOKEN=ghp_secret -v "$ws:/workspace" \
   localhost/vetto-e2e sh -c "$HARD_CHECK" 2>&1)
 expect podman_hardened_run $'env=[]\ntoken=[]\netc=denied\nworkspace=writable\nhooks=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
@@ -319,6 +326,11 @@ fi
 
 out=$("${DOCKER[@]}" run --rm --runtime vetto-plain --network none "$img" sh -c 'echo hello; probe ptrace; grep Seccomp_filters /proc/self/status' 2>&1)
 expect docker_plain_run_honours_the_default_profile $'hello\nptrace: allowed\nSeccomp_filters:\t1' "$out"
+
+ours=$("${DOCKER[@]}" run --rm --runtime vetto-plain --network none "$img" sh -c "$CAPS" 2>&1)
+theirs=$("${DOCKER[@]}" run --rm --runtime runc --network none "$img" sh -c "$CAPS" 2>&1)
+[ -n "$ours" ] && [ "$ours" = "$theirs" ] && ok docker_plain_process_matches_runc \
+  || bad docker_plain_process_matches_runc "vetto-shim:" "$ours" "runc:" "$theirs"
 
 out=$("${DOCKER[@]}" run --rm --runtime vetto --network none -e GH_TOKEN=ghp_x -v "$ws:/workspace" "$img" sh -c "$HARD_CHECK" 2>&1)
 expect docker_hardened_run $'env=[]\ntoken=[]\netc=denied\nworkspace=writable\nhooks=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"

@@ -265,6 +265,30 @@ fn bundle_seccomp_profile_is_enforced() {
         s.contains("touched") && s.contains("Seccomp_filters:\t1"),
         "{s}"
     );
+    // Without no_new_privs or CAP_SYS_ADMIN (Docker's defaults) the profile is installed all
+    // the same, and the process ends with exactly the bundle's capabilities, as under runc.
+    w.edit(|v| {
+        v["process"]["noNewPrivileges"] = json!(false);
+        let caps = json!(["CAP_CHOWN", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
+        for set in ["bounding", "effective", "permitted"] {
+            v["process"]["capabilities"][set] = caps.clone();
+        }
+        v["process"]["capabilities"]["inheritable"] = json!([]);
+        v["process"]["capabilities"]["ambient"] = json!([]);
+    });
+    w.script("mkdir /tmp/d 2>&1; grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp_filters):' /proc/self/status");
+    let o = w.run(&[], "c-sec-caps");
+    let s = out(&o);
+    for want in [
+        "Function not implemented",
+        "CapEff:\t0000000000000421",
+        "CapBnd:\t0000000000000421",
+        "CapPrm:\t0000000000000421",
+        "NoNewPrivs:\t0",
+        "Seccomp_filters:\t1",
+    ] {
+        assert!(s.contains(want), "missing {want}: {s}{}", err(&o));
+    }
     // A profile naming a seccomp agent is refused before anything runs.
     w.edit(|v| v["linux"]["seccomp"]["defaultAction"] = json!("SCMP_ACT_NOTIFY"));
     let o = w.run(&[], "c-sec2");

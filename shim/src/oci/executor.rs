@@ -14,6 +14,7 @@ use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
 use seccompiler::BpfProgram;
 use vetto_bundle::plan::LandlockPlan;
 use vetto_hooks::oci_seccomp::{self, CompiledProfile};
+use vetto_hooks::process::{self, CapSets};
 use vetto_hooks::{landlock, seccomp};
 
 /// The in-container half of `vetto-shim`.
@@ -28,6 +29,8 @@ pub struct OciExecutor {
     /// Refuse to start if the network namespace holds anything but `lo`; the name of the
     /// policy's network mode, for the message.
     pub loopback_only: Option<String>,
+    /// Capabilities were widened to install the profile: narrow back to these after it.
+    pub restore_caps: Option<CapSets>,
 }
 
 fn fail(msg: String) -> ExecutorError {
@@ -84,6 +87,13 @@ impl Executor for OciExecutor {
         }
         if let Some(f) = &self.deny_list {
             seccomp::install(f).map_err(|e| fail(format!("vetto seccomp deny-list: {e}")))?;
+        }
+        if let Some(t) = &self.restore_caps {
+            process::set_capabilities(t).map_err(|e| {
+                fail(format!(
+                    "narrowing capabilities after installing the seccomp profile: {e}"
+                ))
+            })?;
         }
         // PATH is the container's: libcontainer's setup_envs replaced the environment.
         let err = match nix::unistd::execvp(&file, &argv) {

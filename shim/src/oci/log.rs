@@ -54,11 +54,6 @@ impl Logger {
         eprintln!("vetto-shim: {msg}");
     }
 
-    /// A warning: to the log only.
-    pub fn warn(&self, msg: &str) {
-        self.write("warning", msg);
-    }
-
     /// With `--debug` only.
     pub fn debug(&self, msg: &str) {
         if self.debug {
@@ -77,7 +72,7 @@ mod tests {
         let p = dir.path().join("log.json");
         let l = Logger::open(Some(&p), Some("json"), true);
         l.debug("one \"quoted\"\nline");
-        l.warn("two");
+        l.write("warning", "two");
         let text = std::fs::read_to_string(&p).expect("log");
         let lines: Vec<serde_json::Value> = text
             .lines()

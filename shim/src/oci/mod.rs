@@ -271,8 +271,8 @@ fn create(
     }
     let prepared = prepare::prepare(a.id, a.bundle, &root, host_policy, a.cgroup_view)?;
     log.debug(&format!("create {}: {}", a.id, prepared.summary));
-    if prepared.state.nnp_forced {
-        log.warn("no_new_privs set so the bundle's seccomp profile can be installed without CAP_SYS_ADMIN");
+    if prepared.state.restore_caps.is_some() {
+        log.debug("capabilities widened until the seccomp profile is installed");
     }
     let built = ContainerBuilder::new(a.id.to_string(), SyscallType::default())
         .with_root_path(&root)
@@ -361,7 +361,9 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         )));
     }
     let shim = ShimState::load(&root, &a.container_id)?;
-    let executor = shim.executor()?;
+    // Without --process, libcontainer gives the process the container's (shadow) sets, which
+    // the executor narrows back as for the init.
+    let mut executor = shim.executor()?;
     let mut env: HashMap<String, String> = a.env.into_iter().collect();
     let dropped = prepare::filter_env(&shim, &mut env);
     if !dropped.is_empty() {
@@ -382,14 +384,11 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         })?;
         let mut v: Value = serde_json::from_str(&text)
             .map_err(|e| OciError::Config(format!("{}: {e}", p.display())))?;
-        if shim.needs_nnp() {
-            let has_admin = v
-                .pointer("/capabilities/effective")
-                .and_then(Value::as_array)
-                .is_some_and(|a| a.iter().any(|c| c == "CAP_SYS_ADMIN"));
-            if !has_admin {
-                v["noNewPrivileges"] = Value::Bool(true);
-            }
+        executor.restore_caps = None;
+        if shim.plan.is_some() {
+            v["noNewPrivileges"] = Value::Bool(true);
+        } else if shim.seccomp.is_some() {
+            executor.restore_caps = prepare::prepare_caps_for_seccomp(&mut v)?;
         }
         if shim.plan.is_some() {
             if let Some(list) = v.get("env").and_then(Value::as_array).cloned() {
@@ -439,7 +438,7 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         .with_group(a.user.and_then(|(_, g)| g))
         .with_ignore_paused(a.ignore_paused)
         .with_sub_cgroup(a.cgroup.clone());
-    if a.no_new_privs || (a.process.is_none() && shim.needs_nnp()) {
+    if a.no_new_privs || (a.process.is_none() && shim.plan.is_some()) {
         b = b.with_no_new_privs(true);
     }
     if !a.cap.is_empty() {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use vetto_bundle::container::{self, ContainerPlan, NO_POLICY, POLICY_ANNOTATION};
 use vetto_hooks::oci_seccomp;
+use vetto_hooks::process::{self, CapSets};
 
 use super::executor::OciExecutor;
 use super::OciError;
@@ -66,9 +67,8 @@ pub struct ShimState {
     pub plan: Option<ContainerPlan>,
     /// The bundle's own seccomp profile.
     pub seccomp: Option<LinuxSeccomp>,
-    /// `no_new_privs` was switched on so the profile could be installed without
-    /// `CAP_SYS_ADMIN`.
-    pub nnp_forced: bool,
+    /// The init's capabilities were widened to install the profile; it narrows back to these.
+    pub restore_caps: Option<CapSets>,
     /// Environment names the policy lets through although they look secret.
     pub pass_through: Vec<String>,
     /// The policy's network mode (`off`, `allowlist`, `strict`).
@@ -138,17 +138,13 @@ impl ShimState {
             landlock,
             profile,
             deny_list,
+            restore_caps: self.restore_caps,
             loopback_only: self
                 .plan
                 .as_ref()
                 .filter(|p| p.loopback_only)
                 .map(|_| self.network_mode.clone()),
         })
-    }
-
-    /// Does a process without `CAP_SYS_ADMIN` need `no_new_privs` to get its filters?
-    pub fn needs_nnp(&self) -> bool {
-        self.plan.is_some() || self.seccomp.is_some()
     }
 }
 
@@ -234,12 +230,81 @@ fn home_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/root"))
 }
 
-fn caps_hold(spec: &Value, cap: &str) -> bool {
+/// Does a `capabilities` object hold `cap` in its bounding, effective and permitted sets?
+/// (No object at all: libcontainer leaves the process's capabilities as they are: all.)
+pub fn caps_hold(caps: Option<&Value>, cap: &str) -> bool {
+    let Some(caps) = caps else {
+        return true;
+    };
     ["bounding", "effective", "permitted"].iter().all(|set| {
-        spec.pointer(&format!("/process/capabilities/{set}"))
+        caps.get(*set)
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|c| c == cap))
     })
+}
+
+/// A `capabilities` object as bit masks; unknown names are an error naming them.
+pub fn cap_sets(caps: &Value) -> Result<CapSets, OciError> {
+    let mask = |set: &str| -> Result<u64, OciError> {
+        let mut m = 0;
+        for c in caps
+            .get(set)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = c.as_str().unwrap_or("");
+            m |= process::cap_bit(name).ok_or_else(|| {
+                OciError::Config(format!(
+                    "process.capabilities.{set}: unknown capability {c}"
+                ))
+            })?;
+        }
+        Ok(m)
+    };
+    Ok(CapSets {
+        bounding: mask("bounding")?,
+        effective: mask("effective")?,
+        permitted: mask("permitted")?,
+        inheritable: mask("inheritable")?,
+    })
+}
+
+/// Lets libcontainer leave `CAP_SYS_ADMIN` (to install the seccomp profile without
+/// `no_new_privs`, as runc does before it drops capabilities) and `CAP_SETPCAP` (to drop
+/// them from the bounding set again) with the process; the init narrows back to the
+/// bundle's own sets right after installing the filters, before `execve`.
+fn widen_for_seccomp(caps: &mut Value) {
+    for set in ["bounding", "effective", "permitted"] {
+        if let Some(a) = caps.get_mut(set).and_then(Value::as_array_mut) {
+            for cap in ["CAP_SYS_ADMIN", "CAP_SETPCAP"] {
+                if !a.iter().any(|c| c == cap) {
+                    a.push(Value::String(cap.into()));
+                }
+            }
+        } else if let Some(o) = caps.as_object_mut() {
+            o.insert(
+                set.into(),
+                serde_json::json!(["CAP_SYS_ADMIN", "CAP_SETPCAP"]),
+            );
+        }
+    }
+}
+
+/// For a process (the init's or an `exec`'s) of a container with a seccomp profile: if it has
+/// neither `no_new_privs` nor `CAP_SYS_ADMIN`, widen its capabilities for the filter's sake
+/// and return the sets the init must narrow back to.
+pub fn prepare_caps_for_seccomp(process: &mut Value) -> Result<Option<CapSets>, OciError> {
+    let nnp = process.get("noNewPrivileges").and_then(Value::as_bool) == Some(true);
+    if nnp || caps_hold(process.get("capabilities"), "CAP_SYS_ADMIN") {
+        return Ok(None);
+    }
+    let Some(caps) = process.get_mut("capabilities") else {
+        return Ok(None);
+    };
+    let original = cap_sets(caps)?;
+    widen_for_seccomp(caps);
+    Ok(Some(original))
 }
 
 /// What `create` hands libcontainer.
@@ -365,24 +430,18 @@ pub fn prepare(
     if let Some(s) = &seccomp {
         oci_seccomp::compile(s)?;
     }
-    let mut nnp_forced = false;
-    let nnp = spec
-        .pointer("/process/noNewPrivileges")
-        .and_then(Value::as_bool)
-        == Some(true);
-    if (seccomp.is_some() || plan.is_some()) && !nnp && !caps_hold(&spec, "CAP_SYS_ADMIN") {
-        if let Some(p) = spec.get_mut("process").and_then(Value::as_object_mut) {
-            p.insert("noNewPrivileges".into(), Value::Bool(true));
-            nnp_forced = true;
-        }
-    }
+    // (A hardened bundle has no_new_privs: nothing to widen.)
+    let restore_caps = match (&seccomp, spec.get_mut("process")) {
+        (Some(_), Some(process)) => prepare_caps_for_seccomp(process)?,
+        _ => None,
+    };
 
     let state = ShimState {
         bundle: bundle.clone(),
         rootfs,
         plan,
         seccomp,
-        nnp_forced,
+        restore_caps,
         pass_through,
         network_mode,
         broker_pid: None,
