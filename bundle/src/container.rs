@@ -338,12 +338,7 @@ pub fn harden(
     });
 
     // Masks and protected paths beneath host binds; Landlock rules from the mounts.
-    let patterns: Vec<_> = policy
-        .secret_files
-        .iter()
-        .chain(&policy.secret_dirs)
-        .chain(&policy.secret_globs)
-        .collect();
+    let patterns = policy.secret_patterns();
     let mut rules = vec![
         LandlockRule {
             path: "/".into(),

@@ -130,6 +130,17 @@ pub struct Policy {
     pub files: Vec<PathBuf>,
 }
 
+impl Policy {
+    /// Every secret pattern (files, directories, globs), for [`crate::secrets::scan`].
+    pub fn secret_patterns(&self) -> Vec<&Sourced<String>> {
+        self.secret_files
+            .iter()
+            .chain(&self.secret_dirs)
+            .chain(&self.secret_globs)
+            .collect()
+    }
+}
+
 fn push_unique<T: PartialEq + Clone>(dst: &mut Vec<Sourced<T>>, items: &[T], src: &Source) {
     for item in items {
         if !dst.iter().any(|d| &d.value == item) {

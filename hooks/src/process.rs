@@ -130,6 +130,28 @@ fn last_cap_probed() -> u32 {
     last
 }
 
+/// Drops from the bounding set every capability not in `keep` (a bit mask). Needs
+/// `CAP_SETPCAP`.
+fn drop_bounding_except(keep: u64) -> Result<(), ProcessError> {
+    for cap in 0..=last_cap() {
+        if keep & (1u64 << cap) != 0 {
+            continue;
+        }
+        let cap = libc::c_ulong::from(cap);
+        // SAFETY: PR_CAPBSET_READ takes integer arguments only.
+        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } {
+            0 => continue,
+            1 => {}
+            _ => return Err(sys("prctl(PR_CAPBSET_READ)")),
+        }
+        // SAFETY: PR_CAPBSET_DROP takes integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            return Err(sys("prctl(PR_CAPBSET_DROP)"));
+        }
+    }
+    Ok(())
+}
+
 /// What [`drop_all_capabilities`] could do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapsDropped {
@@ -170,19 +192,7 @@ pub fn drop_all_capabilities() -> Result<CapsDropped, ProcessError> {
         }
         dropped.securebits_locked = true;
 
-        for cap in 0..=last_cap() {
-            let cap = libc::c_ulong::from(cap);
-            // SAFETY: PR_CAPBSET_READ takes integer arguments only.
-            match unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } {
-                0 => continue,
-                1 => {}
-                _ => return Err(sys("prctl(PR_CAPBSET_READ)")),
-            }
-            // SAFETY: PR_CAPBSET_DROP takes integer arguments only.
-            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
-                return Err(sys("prctl(PR_CAPBSET_DROP)"));
-            }
-        }
+        drop_bounding_except(0)?;
         dropped.bounding_cleared = true;
     }
 
@@ -288,22 +298,7 @@ pub fn cap_bit(name: &str) -> Option<u64> {
 /// gained. The ambient set is left alone (the kernel clears ambient capabilities that leave
 /// the permitted or inheritable set).
 pub fn set_capabilities(target: &CapSets) -> Result<(), ProcessError> {
-    for cap in 0..=last_cap() {
-        if target.bounding & (1u64 << cap) != 0 {
-            continue;
-        }
-        let cap = libc::c_ulong::from(cap);
-        // SAFETY: PR_CAPBSET_READ takes integer arguments only.
-        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } {
-            0 => continue,
-            1 => {}
-            _ => return Err(sys("prctl(PR_CAPBSET_READ)")),
-        }
-        // SAFETY: PR_CAPBSET_DROP takes integer arguments only.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
-            return Err(sys("prctl(PR_CAPBSET_DROP)"));
-        }
-    }
+    drop_bounding_except(target.bounding)?;
     let (eff, perm, inh) = capget()?;
     let (eff, perm, inh) = (
         eff & target.effective,

@@ -183,12 +183,7 @@ pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation
     facts.landlock_abi = vetto_hooks::landlock::abi_version();
     facts.host_private.extend(config_dir());
     let policy = resolve_policy(a, &facts)?;
-    let patterns: Vec<_> = policy
-        .secret_files
-        .iter()
-        .chain(&policy.secret_dirs)
-        .chain(&policy.secret_globs)
-        .collect();
+    let patterns = policy.secret_patterns();
     let found = secrets::scan(&patterns, &facts.home, &facts.project)?;
     let t = translate(&policy, &facts, &found, id)?;
     Ok((facts, policy, t))

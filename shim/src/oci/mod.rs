@@ -253,6 +253,20 @@ struct CreateArgs<'a> {
     cgroup_view: bool,
 }
 
+impl<'a> CreateArgs<'a> {
+    fn new(a: &'a liboci_cli::Create, cgroup_view: bool) -> Self {
+        CreateArgs {
+            id: &a.container_id,
+            bundle: &a.bundle,
+            console_socket: a.console_socket.as_deref(),
+            pid_file: a.pid_file.as_deref(),
+            preserve_fds: a.preserve_fds,
+            no_pivot: a.no_pivot,
+            cgroup_view,
+        }
+    }
+}
+
 fn create(
     g: &GlobalOpts,
     host_policy: Option<&str>,
@@ -626,20 +640,7 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
     }
     match cli.cmd {
         Cmd::Standard(StandardCmd::Create(a)) => {
-            create(
-                g,
-                host_policy,
-                log,
-                &CreateArgs {
-                    id: &a.container_id,
-                    bundle: &a.bundle,
-                    console_socket: a.console_socket.as_deref(),
-                    pid_file: a.pid_file.as_deref(),
-                    preserve_fds: a.preserve_fds,
-                    no_pivot: a.no_pivot,
-                    cgroup_view,
-                },
-            )?;
+            create(g, host_policy, log, &CreateArgs::new(&a, cgroup_view))?;
         }
         Cmd::Standard(StandardCmd::Start(a)) => {
             let mut c = load(&state_root(g)?, &a.container_id)?;
@@ -675,19 +676,20 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
             }
         }
         Cmd::Common(CommonCmd::Run(a)) => {
+            let as_create = liboci_cli::Create {
+                bundle: a.bundle.clone(),
+                console_socket: a.console_socket.clone(),
+                pid_file: a.pid_file.clone(),
+                no_pivot: a.no_pivot,
+                no_new_keyring: a.no_new_keyring,
+                preserve_fds: a.preserve_fds,
+                container_id: a.container_id.clone(),
+            };
             let mut c = create(
                 g,
                 host_policy,
                 log,
-                &CreateArgs {
-                    id: &a.container_id,
-                    bundle: &a.bundle,
-                    console_socket: a.console_socket.as_deref(),
-                    pid_file: a.pid_file.as_deref(),
-                    preserve_fds: a.preserve_fds,
-                    no_pivot: a.no_pivot,
-                    cgroup_view,
-                },
+                &CreateArgs::new(&as_create, cgroup_view),
             )?;
             let root = state_root(g)?;
             if let Err(e) = c.start() {
