@@ -171,10 +171,197 @@ fn beneath(path: &str, dir: &str) -> bool {
     Path::new(path).starts_with(dir)
 }
 
-/// Everything in the bundle that no policy allows.
+/// Where container daemons keep their API sockets. A bind of one of these, or of any
+/// directory above one, hands the container the host.
+pub const DAEMON_SOCKET_PATHS: &[&str] = &[
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/containerd/containerd.sock.ttrpc",
+    "/run/containerd/s",
+    "/run/podman/podman.sock",
+    "/run/crio/crio.sock",
+    "/run/buildkit/buildkitd.sock",
+    "/run/docker/containerd/containerd.sock",
+];
+
+/// Mount types a hardened container may have besides binds.
+pub const ALLOWED_MOUNT_TYPES: &[&str] = &[
+    "proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "bind", "none",
+];
+
+/// (device, inode) of a namespace file, to compare namespaces whatever path names them.
+fn ns_id(path: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The canonical host path of a bind's source (`None` if it does not resolve).
+pub fn bind_source(m: &Value) -> Option<PathBuf> {
+    let src = m.get("source").and_then(Value::as_str)?;
+    Path::new(src).canonicalize().ok()
+}
+
+/// Everything in the bundle that no policy allows. Paths are judged by what they resolve
+/// to on the host (symlinks, `..`), as libcontainer will resolve them.
 pub fn refusals(spec: &Value) -> Vec<String> {
     let mut out = vec![];
     let caps = spec.pointer("/process/capabilities");
+    let held = privileged_caps(caps);
+    if !held.is_empty() {
+        out.push(format!(
+            "a privileged container (capabilities {})",
+            held.join(", ")
+        ));
+    }
+    // Devices: cgroup rules that allow every device or block devices, and block devices or
+    // kernel memory created in the container.
+    for d in spec
+        .pointer("/linux/resources/devices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let allow = d.get("allow").and_then(Value::as_bool) == Some(true);
+        let ty = d.get("type").and_then(Value::as_str).unwrap_or("a");
+        let wild = |k: &str| {
+            d.get(k)
+                .is_none_or(|v| v.is_null() || v.as_i64() == Some(-1))
+        };
+        if allow && (ty == "a" || ty == "b") {
+            out.push(format!(
+                "a privileged container (cgroup device rule allowing {} devices)",
+                if ty == "b" { "block" } else { "all" }
+            ));
+            break;
+        }
+        if allow && wild("major") && wild("minor") {
+            out.push(
+                "a privileged container (cgroup device rule allowing every character device)"
+                    .into(),
+            );
+            break;
+        }
+    }
+    for d in spec
+        .pointer("/linux/devices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let path = d.get("path").and_then(Value::as_str).unwrap_or("?");
+        let ty = d.get("type").and_then(Value::as_str).unwrap_or("");
+        let (major, minor) = (
+            d.get("major").and_then(Value::as_i64).unwrap_or(-1),
+            d.get("minor").and_then(Value::as_i64).unwrap_or(-1),
+        );
+        // /dev/mem, /dev/kmem, /dev/port are char 1:1, 1:2, 1:4.
+        if ty == "b" || (major == 1 && matches!(minor, 1 | 2 | 4)) {
+            out.push(format!("access to the host device {path}"));
+        }
+    }
+    // Namespaces: each kind once, new or joined, never the host's (by inode, whatever the
+    // path says).
+    let ns: Vec<&Value> = spec
+        .pointer("/linux/namespaces")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    for (kind, file, what) in [
+        ("network", "net", "network"),
+        ("pid", "pid", "PID"),
+        ("mount", "mnt", "mount"),
+        ("ipc", "ipc", "IPC"),
+        ("uts", "uts", "UTS"),
+    ] {
+        let of_kind: Vec<&&Value> = ns
+            .iter()
+            .filter(|n| n.get("type").and_then(Value::as_str) == Some(kind))
+            .collect();
+        match of_kind.as_slice() {
+            [] if matches!(kind, "network" | "pid" | "mount") => {
+                out.push(format!("the host's {what} namespace"))
+            }
+            [] => {}
+            [n] => {
+                if let Some(p) = n.get("path").and_then(Value::as_str) {
+                    let id = ns_id(p);
+                    let host = [
+                        format!("/proc/1/ns/{file}"),
+                        format!("/proc/self/ns/{file}"),
+                    ];
+                    if id.is_none() || host.iter().any(|h| ns_id(h) == id) {
+                        out.push(format!("the host's {what} namespace ({p})"));
+                    }
+                }
+            }
+            _ => out.push(format!("more than one {what} namespace entry")),
+        }
+    }
+    // Mounts.
+    let sockets: Vec<PathBuf> = DAEMON_SOCKET_PATHS
+        .iter()
+        .filter_map(|p| Path::new(p).canonicalize().ok())
+        .collect();
+    for m in spec
+        .get("mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
+        if !dst.starts_with('/') {
+            out.push(format!("a mount at the relative path {dst:?}"));
+        }
+        if !is_bind(m) {
+            let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
+            if !ALLOWED_MOUNT_TYPES.contains(&ty) {
+                out.push(format!("a {ty:?} mount at {dst}"));
+            }
+            continue;
+        }
+        let src = m.get("source").and_then(Value::as_str).unwrap_or("");
+        let Some(real) = bind_source(m) else {
+            out.push(format!(
+                "a bind of {src} (at {dst}), which does not resolve"
+            ));
+            continue;
+        };
+        let shown = if Path::new(src) == real {
+            src.to_string()
+        } else {
+            format!("{src} (= {})", real.display())
+        };
+        let name = real.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if DAEMON_SOCKETS.contains(&name) || sockets.iter().any(|s| s == &real) {
+            out.push(format!(
+                "a bind of the container daemon socket {shown} (at {dst})"
+            ));
+        } else if let Some(s) = sockets.iter().find(|s| s.starts_with(&real)) {
+            out.push(format!(
+                "a bind of {shown} (at {dst}), which holds the container daemon socket {}",
+                s.display()
+            ));
+        } else if real.is_dir() {
+            if let Some(s) = DAEMON_SOCKETS.iter().find(|s| real.join(s).exists()) {
+                out.push(format!(
+                    "a bind of {shown} (at {dst}), which holds the container daemon socket {s}"
+                ));
+            }
+        }
+        if real == Path::new("/")
+            || ["/proc", "/sys", "/dev", "/boot"]
+                .iter()
+                .any(|h| real.starts_with(h))
+        {
+            out.push(format!("a bind of the host's {shown} (at {dst})"));
+        }
+    }
+    out
+}
+
+/// The privileged capabilities in any set of a `capabilities` object.
+pub fn privileged_caps(caps: Option<&Value>) -> Vec<String> {
     let mut held: Vec<String> = vec![];
     for set in [
         "bounding",
@@ -189,89 +376,7 @@ pub fn refusals(spec: &Value) -> Vec<String> {
             }
         }
     }
-    if !held.is_empty() {
-        out.push(format!(
-            "a privileged container (capabilities {})",
-            held.join(", ")
-        ));
-    }
-    for d in spec
-        .pointer("/linux/resources/devices")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let allow = d.get("allow").and_then(Value::as_bool) == Some(true);
-        let any_type = d
-            .get("type")
-            .and_then(Value::as_str)
-            .is_none_or(|t| t == "a");
-        let any_dev = d.get("major").is_none() && d.get("minor").is_none();
-        if allow && any_type && any_dev {
-            out.push("a privileged container (every device allowed)".into());
-            break;
-        }
-    }
-    let ns: Vec<&Value> = spec
-        .pointer("/linux/namespaces")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
-    for (kind, what) in [("network", "network"), ("pid", "PID"), ("mount", "mount")] {
-        match ns
-            .iter()
-            .find(|n| n.get("type").and_then(Value::as_str) == Some(kind))
-        {
-            None => out.push(format!("the host's {what} namespace")),
-            Some(n) => {
-                let p = n.get("path").and_then(Value::as_str).unwrap_or("");
-                if p == format!(
-                    "/proc/1/ns/{}",
-                    if kind == "network" { "net" } else { kind }
-                ) || p == "/proc/self/ns/net"
-                {
-                    out.push(format!("the host's {what} namespace ({p})"));
-                }
-            }
-        }
-    }
-    for m in spec
-        .get("mounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if !is_bind(m) {
-            continue;
-        }
-        let src = m.get("source").and_then(Value::as_str).unwrap_or("");
-        let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
-        let path = Path::new(src);
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if DAEMON_SOCKETS.contains(&name) {
-            out.push(format!(
-                "a bind of the container daemon socket {src} (at {dst})"
-            ));
-        } else if path.is_dir() {
-            let holds = DAEMON_SOCKETS
-                .iter()
-                .chain(&["docker/docker.sock", "containerd/containerd.sock"])
-                .find(|s| path.join(s).exists());
-            if let Some(s) = holds {
-                out.push(format!(
-                    "a bind of {src} (at {dst}), which holds the container daemon socket {s}"
-                ));
-            }
-        }
-        let clean: PathBuf = path.components().collect();
-        if ["/", "/proc", "/sys", "/dev"]
-            .iter()
-            .any(|h| clean == Path::new(h))
-        {
-            out.push(format!("a bind of the host's {src} (at {dst})"));
-        }
-    }
-    out
+    held
 }
 
 /// Relative path with no `..` (policy paths are relative to a bind's root).
@@ -304,6 +409,18 @@ pub fn harden(
         .and_then(Value::as_object_mut)
         .ok_or_else(|| ContainerError::Malformed("no `process`".into()))?;
     process.insert("noNewPrivileges".into(), Value::Bool(true));
+    // No device nodes made inside (a block device node would reach the host's disks where
+    // no device cgroup is in force, e.g. rootless).
+    if let Some(caps) = process
+        .get_mut("capabilities")
+        .and_then(Value::as_object_mut)
+    {
+        for set in caps.values_mut() {
+            if let Some(a) = set.as_array_mut() {
+                a.retain(|c| c != "CAP_MKNOD");
+            }
+        }
+    }
 
     // Environment.
     let pass: Vec<&str> = policy
@@ -358,7 +475,8 @@ pub fn harden(
         .unwrap_or_default();
     let mut extra: Vec<Value> = vec![];
     let mut masks: Vec<Mask> = vec![];
-    for m in &mounts {
+    let mut canonical: Vec<(usize, PathBuf)> = vec![];
+    for (i, m) in mounts.iter().enumerate() {
         let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
         if !dst.starts_with('/') || beneath(dst, "/proc") || beneath(dst, "/sys") {
             continue;
@@ -366,7 +484,16 @@ pub fn harden(
         let writable = !is_readonly(m);
         let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
         if is_bind(m) {
-            let src = PathBuf::from(m.get("source").and_then(Value::as_str).unwrap_or(""));
+            // Resolved once, here, and written back: what was checked is what is mounted.
+            let Some(src) = bind_source(m) else {
+                continue;
+            };
+            canonical.push((i, src.clone()));
+            // A path beneath the bind that really is there (no symlink on the way).
+            let real_beneath = |rel: &Path| {
+                let p = src.join(rel);
+                (p.canonicalize().ok().as_ref() == Some(&p)).then_some(p)
+            };
             if src.is_dir() {
                 for found in secrets::scan(&patterns, home, &src)? {
                     let Ok(rel) = found.path.strip_prefix(&src) else {
@@ -394,8 +521,7 @@ pub fn harden(
                         let Some(rel) = relative_inside(&p.value) else {
                             continue;
                         };
-                        let host = src.join(&rel);
-                        if host.symlink_metadata().is_ok() && !host.is_symlink() {
+                        if let Some(host) = real_beneath(&rel) {
                             extra.push(json!({
                                 "destination": Path::new(dst).join(&rel), "type": "bind",
                                 "source": host, "options": ["rbind", "ro"]
@@ -418,7 +544,8 @@ pub fn harden(
                     });
                     if access == FsAccess::ReadWriteNoDelete {
                         for s in &policy.scratch {
-                            if let Some(rel) = relative_inside(&s.value) {
+                            let rel = relative_inside(&s.value);
+                            if let Some(rel) = rel.filter(|r| real_beneath(r).is_some()) {
                                 rules.push(LandlockRule {
                                     path: Path::new(dst).join(rel),
                                     access: FsAccess::ReadWrite,
@@ -438,6 +565,11 @@ pub fn harden(
         }
     }
     if let Some(arr) = spec.get_mut("mounts").and_then(Value::as_array_mut) {
+        for (i, src) in canonical {
+            if let Some(m) = arr.get_mut(i) {
+                m["source"] = json!(src);
+            }
+        }
         arr.extend(extra);
     } else if !extra.is_empty() {
         spec["mounts"] = Value::Array(extra);
@@ -486,7 +618,7 @@ mod tests {
         let r = refusals(&s);
         let all = r.join("\n");
         assert!(all.contains("CAP_SYS_ADMIN"), "{all}");
-        assert!(all.contains("every device"), "{all}");
+        assert!(all.contains("allowing all devices"), "{all}");
         assert!(all.contains("host's network namespace"), "{all}");
         assert!(
             all.contains("host's PID namespace (/proc/1/ns/pid)"),
@@ -505,18 +637,85 @@ mod tests {
     fn daemon_sockets_and_host_root_binds_are_refused() {
         let dir = tempfile::tempdir().expect("tmp");
         std::fs::write(dir.path().join("docker.sock"), "").expect("sock stand-in");
+        std::os::unix::fs::symlink(dir.path().join("docker.sock"), dir.path().join("innocent"))
+            .expect("symlink");
+        let sock = dir.path().join("docker.sock");
         let s = base(json!([
-            {"destination": "/var/run/docker.sock", "type": "bind", "source": "/var/run/docker.sock", "options": ["rbind"]},
+            {"destination": "/var/run/docker.sock", "type": "bind", "source": sock, "options": ["rbind"]},
+            {"destination": "/sock", "type": "bind", "source": dir.path().join("innocent"), "options": ["rbind"]},
             {"destination": "/host-run", "type": "bind", "source": dir.path(), "options": ["rbind"]},
-            {"destination": "/host", "source": "/", "options": ["rbind", "ro"]}
+            {"destination": "/host", "source": "/", "options": ["rbind", "ro"]},
+            {"destination": "/host2", "type": "bind", "source": "/etc/..", "options": ["rbind"]},
+            {"destination": "/ps", "type": "bind", "source": "/proc/sys", "options": ["rbind"]},
+            {"destination": "/disk", "type": "ext4", "source": "/dev/sda1"},
+            {"destination": "rel", "type": "tmpfs", "source": "tmpfs"}
         ]));
         let all = refusals(&s).join("\n");
-        assert!(all.contains("daemon socket /var/run/docker.sock"), "{all}");
+        let sock = sock.display().to_string();
+        assert!(
+            all.contains(&format!("daemon socket {sock} (at /var/run/docker.sock)")),
+            "{all}"
+        );
+        assert!(
+            all.contains(&format!("(= {sock}) (at /sock)")),
+            "a symlink to the socket: {all}"
+        );
         assert!(
             all.contains("which holds the container daemon socket docker.sock"),
             "{all}"
         );
         assert!(all.contains("host's / (at /host)"), "{all}");
+        assert!(all.contains("host's /etc/.. (= /) (at /host2)"), "{all}");
+        assert!(all.contains("host's /proc/sys (at /ps)"), "{all}");
+        assert!(all.contains("a \"ext4\" mount at /disk"), "{all}");
+        assert!(all.contains("relative path \"rel\""), "{all}");
+    }
+
+    #[test]
+    fn namespaces_are_judged_by_inode_and_devices_by_kind() {
+        let mut s = base(json!([]));
+        // Two PID entries: libcontainer would take the last one.
+        s["linux"]["namespaces"] = json!([{"type": "pid"}, {"type": "pid", "path": "/proc/1/ns/pid"},
+            {"type": "network", "path": "/proc/self/ns/net"}, {"type": "mount"}]);
+        s["linux"]["devices"] = json!([{"path": "/dev/sda", "type": "b", "major": 8, "minor": 0},
+            {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]);
+        s["linux"]["resources"] = json!({"devices": [{"allow": false, "access": "rwm"},
+            {"allow": true, "type": "c", "major": null, "minor": null, "access": "rwm"}]});
+        let all = refusals(&s).join("\n");
+        assert!(all.contains("more than one PID namespace entry"), "{all}");
+        assert!(
+            all.contains("the host's network namespace (/proc/self/ns/net)"),
+            "{all}"
+        );
+        assert!(all.contains("the host device /dev/sda"), "{all}");
+        assert!(!all.contains("/dev/fuse"), "{all}");
+        assert!(all.contains("every character device"), "{all}");
+    }
+
+    #[test]
+    fn protected_paths_do_not_follow_symlinks_out_of_the_bind() {
+        let ws = tempfile::tempdir().expect("tmp");
+        let elsewhere = tempfile::tempdir().expect("tmp");
+        std::fs::write(elsewhere.path().join("config"), "k8s credentials").expect("file");
+        // The agent replaced .git with a symlink to another directory of the host.
+        std::os::unix::fs::symlink(elsewhere.path(), ws.path().join(".git")).expect("symlink");
+        let mut s = base(json!([
+            {"destination": "/workspace", "type": "bind", "source": ws.path(), "options": ["rbind", "rw"]}
+        ]));
+        s["process"]["capabilities"]["bounding"] = json!(["CAP_CHOWN", "CAP_MKNOD"]);
+        let policy = resolve_host_policy("default").expect("policy");
+        harden(&mut s, &policy, "default", Path::new("/nonexistent")).expect("harden");
+        let mounts = s["mounts"].as_array().expect("mounts");
+        assert!(
+            !mounts
+                .iter()
+                .any(|m| m["destination"] == json!("/workspace/.git/config")),
+            "{mounts:?}"
+        );
+        assert_eq!(
+            s["process"]["capabilities"]["bounding"],
+            json!(["CAP_CHOWN"])
+        );
     }
 
     #[test]

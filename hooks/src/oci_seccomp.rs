@@ -13,7 +13,8 @@
 //! 2. one block per syscall number, in profile order, rules with argument conditions before
 //!    unconditional ones (the more specific rule wins, as in libseccomp). Conditions of one
 //!    rule are ANDed and compare the full 64-bit argument, as libseccomp does on 64-bit
-//!    architectures;
+//!    architectures; a rule that compares one argument twice becomes one rule per condition
+//!    (ORed), as runc and libcontainer do;
 //! 3. the default action.
 //!
 //! Names this table does not know are skipped, as libseccomp skips names unknown on the
@@ -295,7 +296,24 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<CompiledProfile, OciSeccompErro
             if !by_nr.contains_key(&nr) {
                 order.push(nr);
             }
-            by_nr.entry(nr).or_default().push(Rule { ret, args });
+            // As libseccomp can compare an argument only once per rule, runc and libcontainer
+            // add each condition as a rule of its own when an index repeats: they match as OR.
+            let mut seen = 0u8;
+            let repeats = args.iter().any(|a| {
+                let bit = 1u8 << a.index();
+                let dup = seen & bit != 0;
+                seen |= bit;
+                dup
+            });
+            let rules = by_nr.entry(nr).or_default();
+            if repeats {
+                rules.extend(args.iter().map(|a| Rule {
+                    ret,
+                    args: std::slice::from_ref(a),
+                }));
+            } else {
+                rules.push(Rule { ret, args });
+            }
         }
     }
 
@@ -489,6 +507,33 @@ mod tests {
                 if libc::syscall(libc::SYS_umask, 0o020) < 0 {
                     return Err("umask(0o020) must pass".into());
                 }
+            }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_repeated_argument_index_means_or_as_in_runc() {
+        // kill(2) denied when the signal is 10 or 12 (two conditions on argument 1).
+        let p = compile(&profile(
+            r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["kill"],"action":"SCMP_ACT_ERRNO","errnoRet":22,
+                "args":[{"index":1,"value":10,"op":"SCMP_CMP_EQ"},{"index":1,"value":12,"op":"SCMP_CMP_EQ"}]}]}"#,
+        ))
+        .expect("compile");
+        in_child(|| {
+            install_nnp(&p)?;
+            // SAFETY: kill with integers; signal 0 only probes our own pid.
+            let (r10, r12, r0) = unsafe {
+                let pid = libc::getpid();
+                let r10 = libc::syscall(libc::SYS_kill, pid, 10);
+                let e10 = errno();
+                let r12 = libc::syscall(libc::SYS_kill, pid, 12);
+                let e12 = errno();
+                let r0 = libc::syscall(libc::SYS_kill, pid, 0);
+                ((r10, e10), (r12, e12), r0)
+            };
+            if r10 != (-1, 22) || r12 != (-1, 22) || r0 != 0 {
+                return Err(format!("kill 10: {r10:?}, kill 12: {r12:?}, kill 0: {r0}"));
             }
             Ok(())
         });

@@ -245,52 +245,57 @@ pub struct CapSets {
 
 /// The bit of a capability named as in OCI (`"CAP_SYS_ADMIN"`); `None` if unknown.
 pub fn cap_bit(name: &str) -> Option<u64> {
-    const NAMES: &[&str] = &[
-        "CHOWN",
-        "DAC_OVERRIDE",
-        "DAC_READ_SEARCH",
-        "FOWNER",
-        "FSETID",
-        "KILL",
-        "SETGID",
-        "SETUID",
-        "SETPCAP",
-        "LINUX_IMMUTABLE",
-        "NET_BIND_SERVICE",
-        "NET_BROADCAST",
-        "NET_ADMIN",
-        "NET_RAW",
-        "IPC_LOCK",
-        "IPC_OWNER",
-        "SYS_MODULE",
-        "SYS_RAWIO",
-        "SYS_CHROOT",
-        "SYS_PTRACE",
-        "SYS_PACCT",
-        "SYS_ADMIN",
-        "SYS_BOOT",
-        "SYS_NICE",
-        "SYS_RESOURCE",
-        "SYS_TIME",
-        "SYS_TTY_CONFIG",
-        "MKNOD",
-        "LEASE",
-        "AUDIT_WRITE",
-        "AUDIT_CONTROL",
-        "SETFCAP",
-        "MAC_OVERRIDE",
-        "MAC_ADMIN",
-        "SYSLOG",
-        "WAKE_ALARM",
-        "BLOCK_SUSPEND",
-        "AUDIT_READ",
-        "PERFMON",
-        "BPF",
-        "CHECKPOINT_RESTORE",
-    ];
     let short = name.strip_prefix("CAP_")?;
-    NAMES.iter().position(|n| *n == short).map(|i| 1u64 << i)
+    CAP_NAMES
+        .iter()
+        .position(|n| *n == short)
+        .map(|i| 1u64 << i)
 }
+
+/// Capability names without `CAP_`, indexed by number (Linux 6.x).
+pub const CAP_NAMES: &[&str] = &[
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+];
 
 /// Narrows the calling thread's capabilities to `target`: drops from the bounding set what
 /// `target.bounding` lacks (needs `CAP_SETPCAP`, so that is done first), then sets effective,
@@ -324,6 +329,22 @@ pub fn set_capabilities(target: &CapSets) -> Result<(), ProcessError> {
     // SAFETY: version 3 makes the kernel read exactly two `CapData` from `data`.
     if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
         return Err(sys("capset"));
+    }
+    // Read back: a seccomp filter could have answered "success" without doing anything.
+    let (e2, p2, i2) = capget()?;
+    let mut bnd = 0u64;
+    for cap in 0..=last_cap() {
+        // SAFETY: PR_CAPBSET_READ takes integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) } == 1 {
+            bnd |= 1u64 << cap;
+        }
+    }
+    if e2 & !eff != 0 || p2 & !perm != 0 || i2 & !inh != 0 || bnd & !target.bounding != 0 {
+        return Err(ProcessError::CapsRemain {
+            effective: e2,
+            permitted: p2,
+            inheritable: i2,
+        });
     }
     Ok(())
 }

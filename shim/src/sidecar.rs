@@ -145,7 +145,8 @@ pub fn spawn(
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err));
     }
-    // SAFETY: between fork and exec only async-signal-safe calls: dup2, fcntl, prctl, setsid.
+    // SAFETY: between fork and exec only async-signal-safe calls: dup2, fcntl, prctl, setsid,
+    // close_range.
     unsafe {
         cmd.pre_exec(move || {
             // Move the listeners to 3.. (first out of the way, then into place).
@@ -162,6 +163,8 @@ pub fn spawn(
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            // Nothing else of the parent's (e.g. descriptors a runtime's caller preserved).
+            libc::syscall(libc::SYS_close_range, 3 + tmp.len() as u32, u32::MAX, 0);
             if die_with_parent {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());

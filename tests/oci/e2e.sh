@@ -129,6 +129,8 @@ if "${PODMAN[@]}" run -d --name e2e-d --network none "${UL[@]}" --annotation dev
   ok podman_run_detached
   out=$("${PODMAN[@]}" exec -e GH_TOKEN=x e2e-d sh -c "$HARD_CHECK" 2>&1)
   expect podman_exec_is_hardened_too $'env=[]\ntoken=[]\netc=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
+  out=$("${PODMAN[@]}" exec --privileged e2e-d true 2>&1)
+  expect podman_privileged_exec_is_refused 'refused by vetto policy "default": exec with capabilities' "$out"
   "${PODMAN[@]}" pause e2e-d >/dev/null 2>&1
   st=$("${PODMAN[@]}" inspect -f '{{.State.Status}}' e2e-d 2>&1)
   [ "$st" = paused ] && ok podman_pause || bad podman_pause "status: $st"
@@ -180,7 +182,12 @@ for _ in $(seq 1 50); do grep -q Serving "$LOGS/www" && break; sleep 0.1; done
 NET_CHECK="echo proxy=\$http_proxy; wget -q -O- http://127.0.0.2:$NPORT/index.html
 wget -q -O- http://127.0.0.3:$NPORT/ >/dev/null 2>&1 || echo other=refused
 nc -w 2 127.0.0.2 $NPORT </dev/null >/dev/null 2>&1 || echo direct=refused"
-out=$("${P[@]}" --annotation "dev.vetto.policy=$WORK/net.toml" localhost/vetto-e2e sh -c "$NET_CHECK" 2>&1)
+# A policy file named by an annotation must be in the host's policy directory (passed as a
+# runtime flag, as a host would in containers.conf).
+out=$("${P[@]}" --annotation "dev.vetto.policy=$WORK/net.toml" localhost/vetto-e2e true 2>&1)
+expect podman_annotation_policy_outside_the_policy_dir_is_refused "must be in the host's policy directory" "$out"
+out=$("${PODMAN[@]}" --runtime-flag "vetto-policy-dir=$WORK" run --rm --network none "${UL[@]}" \
+  --annotation "dev.vetto.policy=$WORK/net.toml" localhost/vetto-e2e sh -c "$NET_CHECK" 2>&1)
 expect podman_network_through_the_broker $'proxy=http://127.0.0.1:3128\nhello-through-the-broker\nother=refused\ndirect=refused' "$out"
 for _ in $(seq 1 50); do pgrep -f "vetto-shim __broker" >/dev/null || break; sleep 0.1; done
 refute podman_broker_ends_with_the_container "__broker" "$(pgrep -af 'vetto-shim __broker')"

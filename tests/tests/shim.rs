@@ -355,18 +355,38 @@ fn policy_file_must_be_host_owned_and_privileged_bundles_are_refused() {
     let sel = format!("{}", pol.display());
     w.edit(|v| v["annotations"] = json!({"dev.vetto.policy": sel}));
     w.script("true");
+    // Named by an annotation, a policy file must be in the host's policy directory.
     let o = w.run(&[], "c-pol");
     assert!(!o.status.success());
     assert!(
-        w.last_error().contains("writable by group or others"),
+        w.last_error()
+            .contains("must be in the host's policy directory /etc/vetto/policies"),
+        "{}",
+        w.last_error()
+    );
+    assert!(w.nothing_left("c-pol"));
+    let dir = w.dir.path().to_str().expect("utf8").to_string();
+    let o = w.run(&["--vetto-policy-dir", &dir], "c-pol");
+    assert!(!o.status.success());
+    assert!(
+        w.last_error()
+            .contains("the file is writable by group or others"),
         "{}",
         w.last_error()
     );
     std::fs::set_permissions(&pol, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(0o775)).expect("chmod");
+    let o = w.run(&["--vetto-policy-dir", &dir], "c-pol");
+    assert!(
+        w.last_error().contains("is writable by group or others"),
+        "a group-writable directory above the file: {}",
+        w.last_error()
+    );
+    assert!(!o.status.success());
     std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     w.with_workspace();
     w.script("echo x > /workspace/new 2>/dev/null || echo ws-read-only");
-    let o = w.run(&[], "c-pol");
+    let o = w.run(&["--vetto-policy-dir", &dir], "c-pol");
     assert!(out(&o).contains("ws-read-only"), "{}{}", out(&o), err(&o));
     // Privileged: refused, every reason in the log, nothing left.
     w.edit(|v| {
@@ -379,7 +399,7 @@ fn policy_file_must_be_host_owned_and_privileged_bundles_are_refused() {
             .expect("ns")
             .retain(|n| n["type"] != "network");
     });
-    let o = w.run(&[], "c-priv");
+    let o = w.run(&["--vetto-policy-dir", &dir], "c-priv");
     assert!(!o.status.success());
     let e = w.last_error();
     assert!(

@@ -3,9 +3,10 @@
 //! vetto's deny-list (hardened), then `execvp`.
 //!
 //! Everything is compiled in the runtime process before the clone, so a bad profile fails
-//! `create`, not the container. Landlock is applied in `validate()`, which runs before the
-//! init reports ready: a kernel that refuses it fails `create` with the reason. The seccomp
-//! filters are installed in `exec()`, the last step before `execve`, as runc does.
+//! `create`, not the container. Landlock, both seccomp filters and the capability narrowing
+//! are applied in `validate()`, which runs before the init reports ready (a failure fails
+//! `create` with the reason) and before the bundle's startContainer hooks; `exec()` only
+//! calls `execvp`.
 
 use std::ffi::CString;
 
@@ -62,9 +63,24 @@ impl Executor for OciExecutor {
                 )));
             }
         }
+        let invalid = ExecutorValidationError::ArgValidationError;
         if let Some(plan) = &self.landlock {
-            landlock::apply(plan).map_err(|e| {
-                ExecutorValidationError::ArgValidationError(format!("Landlock: {e}"))
+            landlock::apply(plan).map_err(|e| invalid(format!("Landlock: {e}")))?;
+        }
+        // The filters and the capability narrowing happen here, before libcontainer waits for
+        // `start` and runs the bundle's startContainer hooks: those run restricted, as under
+        // runc, and a failure fails `create` with its reason.
+        if let Some(p) = &self.profile {
+            oci_seccomp::install(p).map_err(|e| invalid(e.to_string()))?;
+        }
+        if let Some(f) = &self.deny_list {
+            seccomp::install(f).map_err(|e| invalid(format!("vetto seccomp deny-list: {e}")))?;
+        }
+        if let Some(t) = &self.restore_caps {
+            process::set_capabilities(t).map_err(|e| {
+                invalid(format!(
+                    "narrowing capabilities after installing the seccomp profile: {e}"
+                ))
             })?;
         }
         Ok(())
@@ -82,19 +98,6 @@ impl Executor for OciExecutor {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| fail("process.args contains a NUL byte".into()))?;
         let file = argv.first().cloned().ok_or(ExecutorError::InvalidArg)?;
-        if let Some(p) = &self.profile {
-            oci_seccomp::install(p).map_err(|e| fail(e.to_string()))?;
-        }
-        if let Some(f) = &self.deny_list {
-            seccomp::install(f).map_err(|e| fail(format!("vetto seccomp deny-list: {e}")))?;
-        }
-        if let Some(t) = &self.restore_caps {
-            process::set_capabilities(t).map_err(|e| {
-                fail(format!(
-                    "narrowing capabilities after installing the seccomp profile: {e}"
-                ))
-            })?;
-        }
         // PATH is the container's: libcontainer's setup_envs replaced the environment.
         let err = match nix::unistd::execvp(&file, &argv) {
             Ok(never) => match never {},

@@ -18,6 +18,7 @@ mod network;
 mod prepare;
 
 use std::collections::HashMap;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -104,6 +105,10 @@ struct Cli {
     /// off by an annotation: `dev.vetto.policy=none` is then refused.
     #[arg(long, value_name = "PROFILE|/ABS/POLICY.toml")]
     vetto_policy: Option<String>,
+    /// Where policy files named by the `dev.vetto.policy` annotation must lie (default
+    /// `/etc/vetto/policies`, or `policy_dir` in the host configuration).
+    #[arg(long, value_name = "DIR")]
+    vetto_policy_dir: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -130,16 +135,40 @@ fn state_root(g: &GlobalOpts) -> Result<PathBuf, OciError> {
                 PathBuf::from("/run/vetto-shim")
             } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
                 PathBuf::from(x).join("vetto-shim")
+            } else if uid == 0 {
+                // Root of a user namespace: every rootless user would share one path.
+                return Err(OciError::Config(
+                    "rootless: no state directory: set XDG_RUNTIME_DIR or pass --root".into(),
+                ));
             } else {
                 PathBuf::from(format!("/tmp/vetto-shim-{uid}"))
             }
         }
     };
-    std::fs::create_dir_all(&root).map_err(|source| OciError::Io {
+    let io = |source| OciError::Io {
         what: "creating the state root",
         path: root.clone(),
         source,
-    })?;
+    };
+    if let Some(parent) = root.parent() {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(&root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(e)),
+    }
+    // Ours alone: not a symlink, owned by us, not open to others (another user could
+    // otherwise plant or swap a container's shadow bundle).
+    let meta = std::fs::symlink_metadata(&root).map_err(io)?;
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(OciError::Config(format!(
+            "state root {}: must be a directory owned by uid {me} and not writable by others",
+            root.display()
+        )));
+    }
     Ok(root)
 }
 
@@ -251,11 +280,13 @@ struct CreateArgs<'a> {
     preserve_fds: i32,
     no_pivot: bool,
     cgroup_view: bool,
+    policy_dir: Option<&'a Path>,
 }
 
 impl<'a> CreateArgs<'a> {
-    fn new(a: &'a liboci_cli::Create, cgroup_view: bool) -> Self {
+    fn new(a: &'a liboci_cli::Create, cgroup_view: bool, policy_dir: Option<&'a Path>) -> Self {
         CreateArgs {
+            policy_dir,
             id: &a.container_id,
             bundle: &a.bundle,
             console_socket: a.console_socket.as_deref(),
@@ -283,7 +314,14 @@ fn create(
     if root.join(a.id).exists() || shim_dir(&root, a.id).exists() {
         return Err(OciError::Exists(a.id.to_string()));
     }
-    let prepared = prepare::prepare(a.id, a.bundle, &root, host_policy, a.cgroup_view)?;
+    let prepared = prepare::prepare(
+        a.id,
+        a.bundle,
+        &root,
+        host_policy,
+        a.policy_dir,
+        a.cgroup_view,
+    )?;
     log.debug(&format!("create {}: {}", a.id, prepared.summary));
     if prepared.state.restore_caps.is_some() {
         log.debug("capabilities widened until the seccomp profile is installed");
@@ -375,6 +413,23 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         )));
     }
     let shim = ShimState::load(&root, &a.container_id)?;
+    let refuse_caps = |caps: Vec<String>| -> Result<(), OciError> {
+        match (&shim.plan, caps.is_empty()) {
+            (Some(p), false) => Err(OciError::Config(format!(
+                "refused by vetto policy \"{}\": exec with capabilities {}",
+                p.policy,
+                caps.join(", ")
+            ))),
+            _ => Ok(()),
+        }
+    };
+    let asked: Vec<String> = a
+        .cap
+        .iter()
+        .filter(|c| vetto_bundle::container::PRIVILEGED_CAPS.contains(&c.as_str()))
+        .cloned()
+        .collect();
+    refuse_caps(asked)?;
     // Without --process, libcontainer gives the process the container's (shadow) sets, which
     // the executor narrows back as for the init.
     let mut executor = shim.executor()?;
@@ -389,7 +444,14 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
     // A process.json gets the same treatment as the init: no_new_privs where the filters
     // need it, environment filtered.
     let mut process_path = a.process.clone();
-    let mut tmp: Option<PathBuf> = None;
+    // The rewritten process file holds the environment: removed on every path out.
+    struct RemoveOnDrop(PathBuf);
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let mut tmp: Option<RemoveOnDrop> = None;
     if let Some(p) = &a.process {
         let text = std::fs::read_to_string(p).map_err(|source| OciError::Io {
             what: "reading the process file",
@@ -398,6 +460,9 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         })?;
         let mut v: Value = serde_json::from_str(&text)
             .map_err(|e| OciError::Config(format!("{}: {e}", p.display())))?;
+        refuse_caps(vetto_bundle::container::privileged_caps(
+            v.get("capabilities"),
+        ))?;
         executor.restore_caps = None;
         if shim.plan.is_some() {
             v["noNewPrivileges"] = Value::Bool(true);
@@ -429,7 +494,7 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
             source,
         })?;
         process_path = Some(path.clone());
-        tmp = Some(path);
+        tmp = Some(RemoveOnDrop(path));
     }
     let mut b = ContainerBuilder::new(a.container_id.clone(), SyscallType::default())
         .with_root_path(&root)
@@ -459,9 +524,7 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         b = b.with_capabilities(a.cap.clone());
     }
     let built = b.build();
-    if let Some(t) = tmp {
-        let _ = std::fs::remove_file(t);
-    }
+    drop(tmp);
     let pid = built.map_err(rt("exec"))?;
     if a.detach {
         return Ok(0);
@@ -541,7 +604,10 @@ fn features() -> Value {
         "mountOptions": ["ro", "rw", "bind", "rbind", "nosuid", "nodev", "noexec", "private", "rprivate", "shared", "rshared", "slave", "rslave"],
         "linux": {
             "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
-            "capabilities": vetto_bundle::container::PRIVILEGED_CAPS,
+            "capabilities": vetto_hooks::process::CAP_NAMES
+                .iter()
+                .map(|n| format!("CAP_{n}"))
+                .collect::<Vec<_>>(),
             "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
             "seccomp": {
                 "enabled": true,
@@ -622,6 +688,7 @@ fn rootless_cgroup_view(log: &Logger) -> Result<(), OciError> {
 fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
     let g = &cli.global;
     let host_policy = cli.vetto_policy.as_deref();
+    let policy_dir = cli.vetto_policy_dir.as_deref();
     let needs_state = !matches!(
         cli.cmd,
         Cmd::Common(CommonCmd::Features(_)) | Cmd::Common(CommonCmd::Spec(_))
@@ -640,7 +707,12 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
     }
     match cli.cmd {
         Cmd::Standard(StandardCmd::Create(a)) => {
-            create(g, host_policy, log, &CreateArgs::new(&a, cgroup_view))?;
+            create(
+                g,
+                host_policy,
+                log,
+                &CreateArgs::new(&a, cgroup_view, policy_dir),
+            )?;
         }
         Cmd::Standard(StandardCmd::Start(a)) => {
             let mut c = load(&state_root(g)?, &a.container_id)?;
@@ -655,6 +727,10 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
         }
         Cmd::Standard(StandardCmd::Kill(a)) => {
             let mut c = load(&state_root(g)?, &a.container_id)?;
+            if c.status() == ContainerStatus::Stopped {
+                // runc's wording: containerd and Docker match on it.
+                return Err(OciError::Config("container not running".into()));
+            }
             let sig = Signal::try_from(a.signal.as_str())
                 .map_err(|e| OciError::Config(format!("signal {:?}: {e}", a.signal)))?;
             c.kill(sig, a.all).map_err(rt("kill"))?;
@@ -689,7 +765,7 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
                 g,
                 host_policy,
                 log,
-                &CreateArgs::new(&as_create, cgroup_view),
+                &CreateArgs::new(&as_create, cgroup_view, policy_dir),
             )?;
             let root = state_root(g)?;
             if let Err(e) = c.start() {

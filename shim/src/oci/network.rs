@@ -62,8 +62,16 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
     }
     drop(theirs);
     let mut status = 0;
-    // SAFETY: waiting for the child we just forked.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    loop {
+        // SAFETY: waiting for the child we just forked.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(net_err("lost the helper that binds the listeners".into()));
+        }
+    }
     let code = vetto_hooks::init::exit_status(status);
     if code != 0 {
         return Err(net_err(

@@ -26,9 +26,12 @@ use super::OciError;
 pub struct HostConfig {
     /// Policy for containers without the annotation: a profile name or an absolute path.
     pub default_policy: Option<String>,
-    /// Refuse containers that ask for no policy (`dev.vetto.policy=none`).
+    /// Every container gets a policy: the annotation cannot turn it off or pick another one
+    /// than `default_policy`.
     #[serde(default)]
     pub require_policy: bool,
+    /// Where policy files named by an annotation must lie (default `/etc/vetto/policies`).
+    pub policy_dir: Option<String>,
 }
 
 /// The host configuration file's path.
@@ -148,10 +151,42 @@ impl ShimState {
     }
 }
 
-/// Which policy applies: the annotation, else the host default, else none.
+/// Where annotation-named policy files must live unless the host says otherwise.
+pub const DEFAULT_POLICY_DIR: &str = "/etc/vetto/policies";
+
+fn check_selector(sel: &str) -> Result<(), OciError> {
+    if !sel.starts_with('/') && (sel.contains('/') || vetto_bundle::profiles::text(sel).is_none()) {
+        return Err(OciError::Config(format!(
+            "{POLICY_ANNOTATION}={sel:?}: not a profile ({}) nor an absolute path",
+            vetto_bundle::profiles::PROFILES
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    if sel.starts_with('/') {
+        check_host_owned(Path::new(sel))?;
+    }
+    Ok(())
+}
+
+/// Which policy applies. The host decides, the annotation only chooses where the host lets it:
+/// - `--vetto-policy P` (the runtime entry's own arguments): P; an annotation naming anything
+///   else, `none` included, is refused;
+/// - `require_policy = true` in the host configuration: the annotation must agree with
+///   `default_policy` when there is one, and cannot be `none`; with neither, the container is
+///   refused;
+/// - otherwise: the annotation (`none` turns hardening off), else `default_policy`, else none.
+///
+/// A policy file named by an annotation must lie in the host's policy directory
+/// (`policy_dir`, `--vetto-policy-dir`, default [`DEFAULT_POLICY_DIR`]); every file named
+/// by path must be host-owned (see [`check_host_owned`]).
 pub fn select_policy(
     annotations: Option<&serde_json::Map<String, Value>>,
     host: &HostConfig,
+    runtime_policy: Option<&str>,
+    policy_dir: &Path,
 ) -> Result<Option<String>, OciError> {
     let asked = annotations
         .and_then(|a| a.get(POLICY_ANNOTATION))
@@ -161,65 +196,86 @@ pub fn select_policy(
             })
         })
         .transpose()?;
-    let chosen = match asked {
-        Some(a) if a == NO_POLICY => {
-            if host.require_policy {
-                return Err(OciError::Config(format!(
-                    "annotation {POLICY_ANNOTATION}={NO_POLICY}: this host requires a policy (--vetto-policy, or require_policy in {})",
-                    host_config_path().display()
-                )));
-            }
-            None
+    let conflict = |fixed: &str, why: &str, a: &str| {
+        OciError::Config(format!(
+            "annotation {POLICY_ANNOTATION}={a}: this runtime requires a policy and uses \"{fixed}\" ({why})"
+        ))
+    };
+    if let Some(fixed) = runtime_policy {
+        if let Some(a) = asked.as_deref().filter(|a| *a != fixed) {
+            return Err(conflict(fixed, "--vetto-policy", a));
         }
-        Some(a) => Some(a),
-        None => host.default_policy.clone(),
+        check_selector(fixed)?;
+        return Ok(Some(fixed.to_string()));
+    }
+    let conf = host_config_path().display().to_string();
+    let chosen = match (asked, host.require_policy, &host.default_policy) {
+        (Some(a), true, _) if a == NO_POLICY => {
+            return Err(OciError::Config(format!(
+                "annotation {POLICY_ANNOTATION}={NO_POLICY}: this host requires a policy (require_policy in {conf})"
+            )))
+        }
+        (Some(a), true, Some(d)) if &a != d => return Err(conflict(d, &conf, &a)),
+        (None, true, None) => {
+            return Err(OciError::Config(format!(
+                "no {POLICY_ANNOTATION} annotation, and this host requires a policy (require_policy in {conf}, no default_policy)"
+            )))
+        }
+        (Some(a), _, _) if a == NO_POLICY => None,
+        (Some(a), _, _) => {
+            if a.starts_with('/') {
+                let dir = policy_dir.canonicalize().unwrap_or_else(|_| policy_dir.to_path_buf());
+                let real = Path::new(&a).canonicalize().ok();
+                if !real.is_some_and(|r| r.starts_with(&dir)) {
+                    return Err(OciError::Config(format!(
+                        "annotation {POLICY_ANNOTATION}={a}: a policy file named by an annotation must be in the host's policy directory {}",
+                        dir.display()
+                    )));
+                }
+            }
+            Some(a)
+        }
+        (None, _, d) => d.clone(),
     };
     if let Some(sel) = &chosen {
-        if sel.starts_with('/') {
-            check_host_owned(Path::new(sel))?;
-        } else if sel.contains('/') || vetto_bundle::profiles::text(sel).is_none() {
-            return Err(OciError::Config(format!(
-                "{POLICY_ANNOTATION}={sel:?}: not a profile ({}) nor an absolute path",
-                vetto_bundle::profiles::PROFILES
-                    .iter()
-                    .map(|(n, _)| *n)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
+        check_selector(sel)?;
     }
     Ok(chosen)
 }
 
 /// A policy file named by path must be one the host controls: a regular file owned by root
-/// (or the runtime's user), in a directory likewise, neither writable by group or others.
+/// (or the runtime's user), not writable by group or others, and so is every directory above
+/// it (a world-writable directory only with the sticky bit, like `/tmp`).
 fn check_host_owned(path: &Path) -> Result<(), OciError> {
     // SAFETY: geteuid has no arguments and cannot fail.
     let me = unsafe { libc::geteuid() };
     let bad = |why: String| OciError::Config(format!("policy file {}: {why}", path.display()));
-    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    let real = path.canonicalize().map_err(|e| bad(e.to_string()))?;
+    let meta = std::fs::metadata(&real).map_err(|e| bad(e.to_string()))?;
     if !meta.is_file() {
         return Err(bad("not a regular file".into()));
     }
-    for (what, m) in [
-        ("file", Some(meta)),
-        (
-            "directory",
-            path.parent().and_then(|d| std::fs::metadata(d).ok()),
-        ),
-    ] {
-        let Some(m) = m else {
-            return Err(bad("its directory cannot be read".into()));
+    let mut here: Option<&Path> = Some(&real);
+    while let Some(p) = here {
+        let m = std::fs::metadata(p).map_err(|e| bad(format!("{}: {e}", p.display())))?;
+        let what = if p == real {
+            "the file".to_string()
+        } else {
+            format!("directory {}", p.display())
         };
         if m.uid() != 0 && m.uid() != me {
             return Err(bad(format!(
-                "the {what} is owned by uid {}, not by the host",
+                "{what} is owned by uid {}, not by the host",
                 m.uid()
             )));
         }
-        if m.permissions().mode() & 0o022 != 0 {
-            return Err(bad(format!("the {what} is writable by group or others")));
+        let sticky = m.permissions().mode() & 0o1000 != 0;
+        let mode = m.permissions().mode();
+        let sticky_root_dir = m.is_dir() && sticky && m.uid() == 0;
+        if mode & 0o022 != 0 && !sticky_root_dir {
+            return Err(bad(format!("{what} is writable by group or others")));
         }
+        here = p.parent();
     }
     Ok(())
 }
@@ -341,6 +397,7 @@ pub fn prepare(
     bundle: &Path,
     root: &Path,
     runtime_policy: Option<&str>,
+    policy_dir: Option<&Path>,
     cgroup_view: bool,
 ) -> Result<Prepared, OciError> {
     let bundle = bundle.canonicalize().map_err(|source| OciError::Io {
@@ -360,12 +417,17 @@ pub fn prepare(
     let typed: Spec = serde_json::from_value(spec.clone())
         .map_err(|e| OciError::Config(format!("{}: {e}", cfg_path.display())))?;
 
-    let mut host = HostConfig::load()?;
-    if let Some(p) = runtime_policy {
-        host.default_policy = Some(p.to_string());
-        host.require_policy = true;
-    }
-    let selector = select_policy(spec.get("annotations").and_then(Value::as_object), &host)?;
+    let host = HostConfig::load()?;
+    let dir = policy_dir
+        .map(Path::to_path_buf)
+        .or_else(|| host.policy_dir.as_ref().map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_POLICY_DIR));
+    let selector = select_policy(
+        spec.get("annotations").and_then(Value::as_object),
+        &host,
+        runtime_policy,
+        &dir,
+    )?;
     let mut pass_through = vec![];
     let mut network_mode = String::new();
     let plan = match &selector {
@@ -508,4 +570,66 @@ pub fn filter_env(state: &ShimState, env: &mut HashMap<String, String>) -> Vec<S
         env.remove(k);
     }
     drop
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(v: &str) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        m.insert(POLICY_ANNOTATION.into(), Value::String(v.into()));
+        m
+    }
+
+    #[test]
+    fn the_host_decides_and_the_annotation_only_chooses_where_allowed() {
+        let dir = Path::new(DEFAULT_POLICY_DIR);
+        let free = HostConfig::default();
+        // No host setting: the annotation chooses, `none` included.
+        assert_eq!(
+            select_policy(Some(&ann("read-only")), &free, None, dir).expect("ok"),
+            Some("read-only".into())
+        );
+        assert_eq!(
+            select_policy(Some(&ann("none")), &free, None, dir).expect("ok"),
+            None
+        );
+        assert_eq!(select_policy(None, &free, None, dir).expect("ok"), None);
+        // --vetto-policy: fixed; another annotation or `none` is refused.
+        assert_eq!(
+            select_policy(None, &free, Some("ci"), dir).expect("ok"),
+            Some("ci".into())
+        );
+        for a in ["none", "default"] {
+            let e = select_policy(Some(&ann(a)), &free, Some("ci"), dir).expect_err("refused");
+            assert!(
+                e.to_string().contains("requires a policy and uses \"ci\""),
+                "{e}"
+            );
+        }
+        // require_policy: agree with the default, or name one when there is none.
+        let required = HostConfig {
+            default_policy: Some("read-only".into()),
+            require_policy: true,
+            policy_dir: None,
+        };
+        assert!(select_policy(Some(&ann("default")), &required, None, dir).is_err());
+        assert_eq!(
+            select_policy(None, &required, None, dir).expect("ok"),
+            Some("read-only".into())
+        );
+        let bare = HostConfig {
+            default_policy: None,
+            require_policy: true,
+            policy_dir: None,
+        };
+        let e = select_policy(None, &bare, None, dir).expect_err("no policy");
+        assert!(e.to_string().contains("requires a policy"), "{e}");
+        // Annotation paths: only inside the policy directory.
+        let e = select_policy(Some(&ann("/etc/passwd")), &free, None, dir).expect_err("outside");
+        assert!(e.to_string().contains("policy directory"), "{e}");
+        let e = select_policy(Some(&ann("x/y")), &free, None, dir).expect_err("relative");
+        assert!(e.to_string().contains("not a profile"), "{e}");
+    }
 }
