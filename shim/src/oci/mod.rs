@@ -496,6 +496,16 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         process_path = Some(path.clone());
         tmp = Some(RemoveOnDrop(path));
     }
+    // Capabilities added with --cap stay after the narrowing.
+    if let Some(t) = executor.restore_caps.as_mut() {
+        for c in &a.cap {
+            let bit = vetto_hooks::process::cap_bit(c)
+                .ok_or_else(|| OciError::Config(format!("--cap {c}: unknown capability")))?;
+            t.bounding |= bit;
+            t.effective |= bit;
+            t.permitted |= bit;
+        }
+    }
     let mut b = ContainerBuilder::new(a.container_id.clone(), SyscallType::default())
         .with_root_path(&root)
         .map_err(rt("state root"))?
