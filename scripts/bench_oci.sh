@@ -13,8 +13,8 @@ done
 work=$(mktemp -d /tmp/vetto-bench-oci.XXXXXX)
 CTD_PID=
 cleanup() {
-  [ -n "$CTD_PID" ] && kill "$CTD_PID" 2>/dev/null && wait "$CTD_PID" 2>/dev/null
-  grep -F " $work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l 2>/dev/null
+  if [ -n "$CTD_PID" ]; then kill "$CTD_PID" 2>/dev/null; wait "$CTD_PID" 2>/dev/null || true; fi
+  grep -F " $work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
