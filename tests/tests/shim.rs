@@ -501,3 +501,59 @@ fn rootless_run_as_nobody_with_a_hardened_rootless_bundle() {
     assert!(!o.status.success());
     assert!(w.last_error().contains("unshare -Ur"), "{}", w.last_error());
 }
+
+#[test]
+fn the_runtime_binary_cannot_be_overwritten_through_proc_exe() {
+    // CVE-2019-5736 class: hold /proc/<init>/exe while the init is still the runtime's
+    // clone, let everything exit, then try to reopen it for writing.
+    let Some(w) = World::new() else { return };
+    let copy = w.dir.path().join("vetto-shim-copy");
+    std::fs::copy(shim_bin(), &copy).expect("copy the runtime");
+    w.script("sleep 300");
+    let pidfile = w.dir.path().join("pid");
+    let b = w.bundle();
+    let root = w.root();
+    let cmd = |args: &[&str]| -> std::process::ExitStatus {
+        Command::new(&copy)
+            .args(["--root", root.to_str().expect("utf8")])
+            .args(args)
+            .env("VETTO_SHIM_CONFIG", w.dir.path().join("none.toml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("spawn")
+    };
+    let st = cmd(&[
+        "create",
+        "--bundle",
+        b.to_str().expect("utf8"),
+        "--pid-file",
+        pidfile.to_str().expect("utf8"),
+        "cve",
+    ]);
+    assert!(st.success());
+    let pid = std::fs::read_to_string(&pidfile)
+        .expect("pid")
+        .trim()
+        .to_string();
+    let exe = std::ffi::CString::new(format!("/proc/{pid}/exe")).expect("path");
+    // SAFETY: open with a valid C string; the descriptor is closed below.
+    let fd = unsafe { libc::open(exe.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    assert!(fd >= 0, "O_PATH open of the init's exe");
+    assert!(cmd(&["start", "cve"]).success());
+    assert!(cmd(&["kill", "cve", "KILL"]).success());
+    assert!(vetto_integration::eventually(5, || cmd(&["delete", "cve"]).success()));
+    let again = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).expect("path");
+    // SAFETY: open with a valid C string.
+    let w_fd = unsafe { libc::open(again.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    // SAFETY: closing descriptors we opened.
+    unsafe {
+        if w_fd >= 0 {
+            libc::close(w_fd);
+        }
+        libc::close(fd);
+    }
+    assert_eq!(w_fd, -1, "the runtime binary was opened for writing");
+    assert_eq!(errno, Some(libc::EROFS));
+}

@@ -834,6 +834,83 @@ fn raw_log_args(args: &[String]) -> (Option<PathBuf>, Option<String>) {
     (log, fmt)
 }
 
+/// CVE-2019-5736 class: while libcontainer's clone of this process runs inside a container
+/// (the init before `execve`, an `exec`), a container process could try to reopen
+/// `/proc/<pid>/exe` for writing once this runtime has exited, and overwrite the host's
+/// binary. Before `create`, `run` and `exec`, the runtime re-executes itself from a
+/// read-only bind of its own binary, in a private mount namespace (slave of the host's, so
+/// nothing propagates back): the clones' `exe` is then on a read-only mount, and writing
+/// through it fails with EROFS. No copy is made (runc copies itself into a sealed memfd).
+fn reexec_from_read_only_binary(args: &[String]) -> Result<(), OciError> {
+    let bad = |what: &str| {
+        OciError::Config(format!(
+            "sealing the runtime binary: {what}: {}",
+            std::io::Error::last_os_error()
+        ))
+    };
+    let exe = std::fs::read_link("/proc/self/exe").map_err(|_| bad("readlink /proc/self/exe"))?;
+    let c_exe = std::ffi::CString::new(exe.as_os_str().as_encoded_bytes())
+        .map_err(|_| OciError::Config("sealing the runtime binary: NUL in its path".into()))?;
+    // SAFETY: statvfs fills a zeroed struct we own.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out pointer.
+    if unsafe { libc::statvfs(c_exe.as_ptr(), &mut st) } == 0 && st.f_flag & libc::ST_RDONLY != 0 {
+        return Ok(()); // already running from a read-only mount
+    }
+    // SAFETY: unshare of this single-threaded process's mount namespace.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        return Err(bad("unshare(CLONE_NEWNS)"));
+    }
+    // SAFETY: mount(2) with valid C strings and null pointers where allowed; these change
+    // only this process's new mount namespace.
+    unsafe {
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(bad("making / a slave mount"));
+        }
+        if libc::mount(
+            c_exe.as_ptr(),
+            c_exe.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(bad("binding the binary"));
+        }
+        if libc::mount(
+            std::ptr::null(),
+            c_exe.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(bad("making the binary's bind read-only"));
+        }
+    }
+    let argv: Vec<std::ffi::CString> = args
+        .iter()
+        .map(|a| std::ffi::CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| OciError::Config("NUL byte in an argument".into()))?;
+    let err = match nix::unistd::execv(&c_exe, &argv) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    Err(OciError::Config(format!(
+        "sealing the runtime binary: re-executing {}: {}",
+        exe.display(),
+        err.desc()
+    )))
+}
+
 /// Entry point of the `vetto-shim` binary.
 pub fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -883,6 +960,20 @@ pub fn main() -> ExitCode {
         cli.global.log_format.as_deref(),
         cli.global.debug,
     );
+    let clones_enter_containers = matches!(
+        cli.cmd,
+        Cmd::Standard(StandardCmd::Create(_))
+            | Cmd::Common(CommonCmd::Run(_))
+            | Cmd::Common(CommonCmd::Exec(_))
+    );
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let can_mount = unsafe { libc::geteuid() } == 0;
+    if clones_enter_containers && can_mount {
+        if let Err(e) = reexec_from_read_only_binary(&args) {
+            log.error(&e.to_string());
+            return ExitCode::from(1);
+        }
+    }
     match dispatch(cli, &log) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
