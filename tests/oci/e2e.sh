@@ -124,6 +124,10 @@ expect podman_hardened_run $'env=[]\ntoken=[]\netc=denied\nworkspace=writable\nh
   || bad podman_hardened_host_side_intact "the host's .env changed or out.txt is missing"
 rm -f "$ws/out.txt"
 
+# A terminal: the console socket through the hardened path.
+out=$("${P[@]}" -t --annotation dev.vetto.policy=default localhost/vetto-e2e sh -c 'tty; echo tty-ok' 2>&1)
+expect podman_tty $'/dev/pts/0\ntty-ok' "$out"
+
 if "${PODMAN[@]}" run -d --name e2e-d --network none "${UL[@]}" --annotation dev.vetto.policy=default \
   -v "$ws:/workspace" localhost/vetto-e2e sleep 300 >"$LOGS/podman-d" 2>&1; then
   ok podman_run_detached
