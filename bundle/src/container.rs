@@ -115,6 +115,129 @@ pub struct ContainerPlan {
     /// The broker's listeners and plan, when the policy's network is not off.
     #[serde(default)]
     pub network: Option<NetPlan>,
+    /// Environment variables the policy sets (`set`, the broker's proxy variables), also for
+    /// every `exec`.
+    #[serde(default)]
+    pub env_set: Vec<String>,
+    /// Names the policy lets through although they look secret.
+    #[serde(default)]
+    pub pass_through: Vec<String>,
+    /// What each host bind was when checked: the init compares, after the mounts, so a path
+    /// swapped during `create` fails it.
+    #[serde(default)]
+    pub binds: Vec<BindCheck>,
+}
+
+/// A directory mounted at `path` must be the host directory (`dev`, `ino`) that was checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindCheck {
+    /// Path inside the container.
+    pub path: PathBuf,
+    /// Device of the checked host directory.
+    pub dev: u64,
+    /// Inode of the checked host directory.
+    pub ino: u64,
+}
+
+/// Character devices a hardened container may use: null, zero, full, random, urandom, tty,
+/// console, ptmx, the pts, fuse, tun, and GPUs (NVIDIA 195, DRI 226). `None`: any minor.
+pub const ALLOWED_CHAR_DEVICES: &[(i64, Option<i64>)] = &[
+    (1, Some(3)),
+    (1, Some(5)),
+    (1, Some(7)),
+    (1, Some(8)),
+    (1, Some(9)),
+    (5, Some(0)),
+    (5, Some(1)),
+    (5, Some(2)),
+    (136, None),
+    (10, Some(229)),
+    (10, Some(200)),
+    (195, None),
+    (226, None),
+];
+
+fn char_device_allowed(major: Option<i64>, minor: Option<i64>) -> bool {
+    let (Some(major), minor) = (major.filter(|m| *m >= 0), minor.filter(|m| *m >= 0)) else {
+        return false;
+    };
+    ALLOWED_CHAR_DEVICES
+        .iter()
+        .any(|&(ma, mi)| ma == major && (mi.is_none() || (minor.is_some() && mi == minor)))
+}
+
+/// Rewrites `process.capabilities` as libcontainer will read it (oci-spec accepts
+/// `sys_admin`, `SYS_ADMIN`, `CAP_CAP_SYS_ADMIN` alike), so checks compare canonical names.
+pub fn canonical_capabilities(process: &mut Value) -> Result<(), ContainerError> {
+    if let Some(caps) = process.get_mut("capabilities") {
+        let parsed: oci_spec::runtime::LinuxCapabilities = serde_json::from_value(caps.clone())
+            .map_err(|e| ContainerError::Malformed(format!("process.capabilities: {e}")))?;
+        *caps = serde_json::to_value(parsed)
+            .map_err(|e| ContainerError::Malformed(format!("process.capabilities: {e}")))?;
+    }
+    Ok(())
+}
+
+/// What every process of a hardened container gets, the init's and each `exec`'s: canonical
+/// capability names, no privileged capability (and a capabilities object at all: without one
+/// libcontainer keeps every capability), no CAP_MKNOD, `no_new_privs`, the environment
+/// filtered and the policy's variables set. Returns the names removed from the environment.
+pub fn harden_process(
+    process: &mut Value,
+    policy_name: &str,
+    pass_through: &[String],
+    env_set: &[String],
+) -> Result<Vec<String>, ContainerError> {
+    if !process.is_object() {
+        return Err(ContainerError::Malformed(
+            "`process` is not an object".into(),
+        ));
+    }
+    canonical_capabilities(process)?;
+    let refused = |reason: String| ContainerError::Refused {
+        policy: policy_name.to_string(),
+        reasons: vec![reason],
+    };
+    if process.get("capabilities").is_none() {
+        return Err(refused(
+            "a process with no capabilities object (it would keep every capability)".into(),
+        ));
+    }
+    let held = privileged_caps(process.get("capabilities"));
+    if !held.is_empty() {
+        return Err(refused(format!(
+            "a privileged process (capabilities {})",
+            held.join(", ")
+        )));
+    }
+    if let Some(caps) = process
+        .get_mut("capabilities")
+        .and_then(Value::as_object_mut)
+    {
+        for set in caps.values_mut() {
+            if let Some(a) = set.as_array_mut() {
+                a.retain(|c| c != "CAP_MKNOD");
+            }
+        }
+    }
+    process["noNewPrivileges"] = Value::Bool(true);
+    let set_names: Vec<&str> = env_set
+        .iter()
+        .map(|kv| kv.split('=').next().unwrap_or(""))
+        .collect();
+    let mut removed = vec![];
+    let mut env: Vec<String> = vec![];
+    for kv in strs(process.get("env")) {
+        let name = kv.split('=').next().unwrap_or("");
+        if never_passes(name) && !pass_through.iter().any(|p| p == name) {
+            removed.push(name.to_string());
+        } else if !set_names.contains(&name) {
+            env.push(kv);
+        }
+    }
+    env.extend(env_set.iter().cloned());
+    process["env"] = json!(env);
+    Ok(removed)
 }
 
 /// Resolve a policy the host controls: a built-in profile name, or an absolute path to a
@@ -206,7 +329,15 @@ pub fn bind_source(m: &Value) -> Option<PathBuf> {
 /// to on the host (symlinks, `..`), as libcontainer will resolve them.
 pub fn refusals(spec: &Value) -> Vec<String> {
     let mut out = vec![];
-    let caps = spec.pointer("/process/capabilities");
+    // Judge capabilities as libcontainer will read them.
+    let mut process = spec.get("process").cloned().unwrap_or(Value::Null);
+    if let Err(e) = canonical_capabilities(&mut process) {
+        out.push(e.to_string());
+    }
+    let caps = process.get("capabilities");
+    if caps.is_none() {
+        out.push("a process with no capabilities object (it would keep every capability)".into());
+    }
     let held = privileged_caps(caps);
     if !held.is_empty() {
         out.push(format!(
@@ -214,8 +345,9 @@ pub fn refusals(spec: &Value) -> Vec<String> {
             held.join(", ")
         ));
     }
-    // Devices: cgroup rules that allow every device or block devices, and block devices or
-    // kernel memory created in the container.
+    // Devices: cgroup rules that grant read or write beyond the allowed character devices,
+    // and device nodes other than those (mknod-only rules are harmless: CAP_MKNOD is dropped).
+    let num = |d: &Value, k: &str| d.get(k).and_then(Value::as_i64);
     for d in spec
         .pointer("/linux/resources/devices")
         .and_then(Value::as_array)
@@ -223,24 +355,17 @@ pub fn refusals(spec: &Value) -> Vec<String> {
         .flatten()
     {
         let allow = d.get("allow").and_then(Value::as_bool) == Some(true);
-        let ty = d.get("type").and_then(Value::as_str).unwrap_or("a");
-        let wild = |k: &str| {
-            d.get(k)
-                .is_none_or(|v| v.is_null() || v.as_i64() == Some(-1))
-        };
-        if allow && (ty == "a" || ty == "b") {
-            out.push(format!(
-                "a privileged container (cgroup device rule allowing {} devices)",
-                if ty == "b" { "block" } else { "all" }
-            ));
-            break;
+        let access = d.get("access").and_then(Value::as_str).unwrap_or("rwm");
+        if !allow || !(access.contains('r') || access.contains('w')) {
+            continue;
         }
-        if allow && wild("major") && wild("minor") {
-            out.push(
-                "a privileged container (cgroup device rule allowing every character device)"
-                    .into(),
-            );
-            break;
+        let ty = d.get("type").and_then(Value::as_str).unwrap_or("a");
+        if ty != "c" || !char_device_allowed(num(d, "major"), num(d, "minor")) {
+            out.push(format!(
+                "a privileged container (cgroup device rule allowing {ty} {}:{} {access})",
+                num(d, "major").map_or("*".into(), |m| m.to_string()),
+                num(d, "minor").map_or("*".into(), |m| m.to_string()),
+            ));
         }
     }
     for d in spec
@@ -251,12 +376,7 @@ pub fn refusals(spec: &Value) -> Vec<String> {
     {
         let path = d.get("path").and_then(Value::as_str).unwrap_or("?");
         let ty = d.get("type").and_then(Value::as_str).unwrap_or("");
-        let (major, minor) = (
-            d.get("major").and_then(Value::as_i64).unwrap_or(-1),
-            d.get("minor").and_then(Value::as_i64).unwrap_or(-1),
-        );
-        // /dev/mem, /dev/kmem, /dev/port are char 1:1, 1:2, 1:4.
-        if ty == "b" || (major == 1 && matches!(minor, 1 | 2 | 4)) {
+        if ty != "c" || !char_device_allowed(num(d, "major"), num(d, "minor")) {
             out.push(format!("access to the host device {path}"));
         }
     }
@@ -312,6 +432,11 @@ pub fn refusals(spec: &Value) -> Vec<String> {
         let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
         if !dst.starts_with('/') {
             out.push(format!("a mount at the relative path {dst:?}"));
+        } else if Path::new(dst)
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
+        {
+            out.push(format!("a mount at {dst:?}, a path with `..`"));
         }
         if !is_bind(m) {
             let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
@@ -379,6 +504,17 @@ pub fn privileged_caps(caps: Option<&Value>) -> Vec<String> {
     held
 }
 
+/// Home directories of the host's accounts (`/etc/passwd`), for `~/` secret patterns.
+fn account_homes() -> Vec<PathBuf> {
+    std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(':').nth(5))
+        .filter(|h| h.starts_with('/') && *h != "/")
+        .filter_map(|h| Path::new(h).canonicalize().ok())
+        .collect()
+}
+
 /// Relative path with no `..` (policy paths are relative to a bind's root).
 fn relative_inside(rel: &str) -> Option<PathBuf> {
     let p = Path::new(rel);
@@ -404,50 +540,27 @@ pub fn harden(
             reasons,
         });
     }
-    let process = spec
-        .get_mut("process")
-        .and_then(Value::as_object_mut)
-        .ok_or_else(|| ContainerError::Malformed("no `process`".into()))?;
-    process.insert("noNewPrivileges".into(), Value::Bool(true));
-    // No device nodes made inside (a block device node would reach the host's disks where
-    // no device cgroup is in force, e.g. rootless).
-    if let Some(caps) = process
-        .get_mut("capabilities")
-        .and_then(Value::as_object_mut)
-    {
-        for set in caps.values_mut() {
-            if let Some(a) = set.as_array_mut() {
-                a.retain(|c| c != "CAP_MKNOD");
-            }
-        }
-    }
-
-    // Environment.
-    let pass: Vec<&str> = policy
-        .pass_through
+    // The process: the policy's variables, then the same treatment as every `exec`.
+    let mut env_set: Vec<String> = policy
+        .env_set
         .iter()
-        .map(|s| s.value.as_str())
+        .map(|(k, v)| format!("{k}={}", v.value))
         .collect();
-    let mut env_removed = vec![];
-    let mut env: Vec<String> = vec![];
-    for kv in strs(process.get("env")) {
-        let name = kv.split('=').next().unwrap_or("");
-        if never_passes(name) && !pass.contains(&name) {
-            env_removed.push(name.to_string());
-        } else if !policy.env_set.contains_key(name) {
-            env.push(kv);
-        }
-    }
-    for (k, v) in &policy.env_set {
-        env.push(format!("{k}={}", v.value));
-    }
-    // The broker: its proxy variables replace any the image set.
     let setup = crate::translate::broker_setup(policy)?;
     for (k, v) in setup.as_ref().map(|s| s.env.as_slice()).unwrap_or_default() {
-        env.retain(|e| e.split('=').next() != Some(k.as_str()));
-        env.push(format!("{k}={v}"));
+        // The broker's proxy variables win over any the policy or the image set.
+        env_set.retain(|e| e.split('=').next() != Some(k.as_str()));
+        env_set.push(format!("{k}={v}"));
     }
-    process.insert("env".into(), json!(env));
+    let pass_through: Vec<String> = policy
+        .pass_through
+        .iter()
+        .map(|s| s.value.clone())
+        .collect();
+    let process = spec
+        .get_mut("process")
+        .ok_or_else(|| ContainerError::Malformed("no `process`".into()))?;
+    let env_removed = harden_process(process, policy_name, &pass_through, &env_set)?;
     let network = setup.map(|s| NetPlan {
         listeners: s.listeners,
         broker: Some(s.broker),
@@ -476,6 +589,7 @@ pub fn harden(
     let mut extra: Vec<Value> = vec![];
     let mut masks: Vec<Mask> = vec![];
     let mut canonical: Vec<(usize, PathBuf)> = vec![];
+    let mut binds: Vec<BindCheck> = vec![];
     for (i, m) in mounts.iter().enumerate() {
         let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
         if !dst.starts_with('/') || beneath(dst, "/proc") || beneath(dst, "/sys") {
@@ -489,13 +603,40 @@ pub fn harden(
                 continue;
             };
             canonical.push((i, src.clone()));
+            if let Ok(meta) = std::fs::metadata(&src) {
+                use std::os::unix::fs::MetadataExt;
+                if meta.is_dir() {
+                    binds.push(BindCheck {
+                        path: dst.into(),
+                        dev: meta.dev(),
+                        ino: meta.ino(),
+                    });
+                }
+            }
             // A path beneath the bind that really is there (no symlink on the way).
             let real_beneath = |rel: &Path| {
                 let p = src.join(rel);
                 (p.canonicalize().ok().as_ref() == Some(&p)).then_some(p)
             };
             if src.is_dir() {
-                for found in secrets::scan(&patterns, home, &src)? {
+                // `~/` patterns: the runtime's home, and every account's home in the bind.
+                let mut found = secrets::scan(&patterns, home, &src)?;
+                let home_patterns: Vec<_> = patterns
+                    .iter()
+                    .copied()
+                    .filter(|p| p.value.starts_with("~/"))
+                    .collect();
+                for h in account_homes()
+                    .into_iter()
+                    .filter(|h| h.starts_with(&src) && h != home)
+                {
+                    for f in secrets::scan(&home_patterns, &h, &h)? {
+                        if !found.iter().any(|x| x.path == f.path) {
+                            found.push(f);
+                        }
+                    }
+                }
+                for found in found {
                     let Ok(rel) = found.path.strip_prefix(&src) else {
                         continue; // a symlink's target outside the bind: not visible here
                     };
@@ -580,16 +721,20 @@ pub fn harden(
         landlock: LandlockPlan {
             rules,
             min_abi: 1,
-            // Signal and abstract-socket scoping would cut the container off from its own
-            // runtime's signals only if they crossed the domain; they do not (the runtime is
-            // outside, signals *into* the domain are unaffected).
-            scope: true,
+            // No scoping: each `exec` gets a Landlock domain of its own, a sibling of the
+            // init's, and scoping would stop `exec kill -HUP 1` and abstract sockets between
+            // them. The container's own PID and network namespaces (required) already keep
+            // signals and abstract sockets inside.
+            scope: false,
         },
         seccomp: default_seccomp(),
         masks,
         env_removed,
         loopback_only: true,
         network,
+        env_set,
+        pass_through,
+        binds,
     })
 }
 
@@ -618,7 +763,10 @@ mod tests {
         let r = refusals(&s);
         let all = r.join("\n");
         assert!(all.contains("CAP_SYS_ADMIN"), "{all}");
-        assert!(all.contains("allowing all devices"), "{all}");
+        assert!(
+            all.contains("cgroup device rule allowing a *:* rwm"),
+            "{all}"
+        );
         assert!(all.contains("host's network namespace"), "{all}");
         assert!(
             all.contains("host's PID namespace (/proc/1/ns/pid)"),
@@ -689,7 +837,69 @@ mod tests {
         );
         assert!(all.contains("the host device /dev/sda"), "{all}");
         assert!(!all.contains("/dev/fuse"), "{all}");
-        assert!(all.contains("every character device"), "{all}");
+        assert!(
+            all.contains("cgroup device rule allowing c *:* rwm"),
+            "{all}"
+        );
+    }
+
+    #[test]
+    fn capability_spellings_devices_and_paths_are_judged_as_libcontainer_reads_them() {
+        let mut s = base(json!([
+            {"destination": "/proc/../x", "type": "tmpfs", "source": "tmpfs"}
+        ]));
+        s["process"]["capabilities"]["bounding"] = json!(["sys_admin", "CAP_CAP_SYS_PTRACE"]);
+        s["linux"]["devices"] = json!([
+            {"path": "/dev/sg0", "type": "c", "major": 21, "minor": 0},
+            {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}
+        ]);
+        s["linux"]["resources"] = json!({"devices": [
+            {"allow": false, "access": "rwm"},
+            {"allow": true, "type": "c", "major": -1, "minor": -1, "access": "m"},
+            {"allow": true, "type": "c", "major": 21, "access": "rw"},
+            {"allow": true, "type": "c", "major": 136, "access": "rwm"}
+        ]});
+        let all = refusals(&s).join("\n");
+        assert!(
+            all.contains("capabilities CAP_SYS_ADMIN, CAP_SYS_PTRACE"),
+            "{all}"
+        );
+        assert!(all.contains("the host device /dev/sg0"), "{all}");
+        assert!(!all.contains("/dev/fuse"), "{all}");
+        assert!(all.contains("rule allowing c 21:* rw"), "{all}");
+        assert!(!all.contains("c *:* m") && !all.contains("c 136"), "{all}");
+        assert!(all.contains("\"/proc/../x\", a path with `..`"), "{all}");
+        // No capabilities object: libcontainer would keep them all.
+        let mut s = base(json!([]));
+        s["process"]
+            .as_object_mut()
+            .expect("process")
+            .remove("capabilities");
+        assert!(refusals(&s).join("\n").contains("no capabilities object"));
+    }
+
+    #[test]
+    fn exec_processes_get_the_same_treatment() {
+        let mut p = json!({"args": ["sh"], "env": ["PATH=/bin", "GH_TOKEN=x", "HTTP_PROXY=evil"],
+            "capabilities": {"bounding": ["CAP_CHOWN", "mknod"], "effective": ["CAP_MKNOD"]}});
+        let set = vec!["HTTP_PROXY=http://127.0.0.1:3128".to_string()];
+        let removed = harden_process(&mut p, "default", &[], &set).expect("harden");
+        assert_eq!(removed, vec!["GH_TOKEN"]);
+        assert_eq!(
+            p["env"],
+            json!(["PATH=/bin", "HTTP_PROXY=http://127.0.0.1:3128"])
+        );
+        assert_eq!(p["capabilities"]["bounding"], json!(["CAP_CHOWN"]));
+        assert_eq!(p["noNewPrivileges"], json!(true));
+        let mut p = json!({"args": ["sh"], "capabilities": {"bounding": ["CAP_SYS_ADMIN"]}});
+        let e = harden_process(&mut p, "default", &[], &[]).expect_err("privileged");
+        assert!(
+            e.to_string()
+                .contains("a privileged process (capabilities CAP_SYS_ADMIN)"),
+            "{e}"
+        );
+        let mut p = json!({"args": ["sh"]});
+        assert!(harden_process(&mut p, "default", &[], &[]).is_err());
     }
 
     #[test]

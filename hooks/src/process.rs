@@ -12,6 +12,9 @@ use thiserror::Error;
 /// Process-attribute failures.
 #[derive(Debug, Error)]
 pub enum ProcessError {
+    /// The capability sets could not be read back.
+    #[error("reading back the capability sets: {0}")]
+    CapsUnreadable(String),
     /// A syscall failed.
     #[error("{call}: {source}")]
     Sys {
@@ -330,15 +333,25 @@ pub fn set_capabilities(target: &CapSets) -> Result<(), ProcessError> {
     if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
         return Err(sys("capset"));
     }
-    // Read back: a seccomp filter could have answered "success" without doing anything.
-    let (e2, p2, i2) = capget()?;
-    let mut bnd = 0u64;
-    for cap in 0..=last_cap() {
-        // SAFETY: PR_CAPBSET_READ takes integer arguments only.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) } == 1 {
-            bnd |= 1u64 << cap;
-        }
-    }
+    // Read back from the kernel's own report: a seccomp filter could have answered "success"
+    // (errno 0) to capset or prctl without anything happening, and to capget as well.
+    let status = std::fs::read_to_string("/proc/thread-self/status")
+        .map_err(|e| ProcessError::CapsUnreadable(e.to_string()))?;
+    let field = |name: &str| -> Result<u64, ProcessError> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .ok_or_else(|| {
+                ProcessError::CapsUnreadable(format!("no {name} in /proc/thread-self/status"))
+            })
+    };
+    let (e2, p2, i2, bnd) = (
+        field("CapEff:")?,
+        field("CapPrm:")?,
+        field("CapInh:")?,
+        field("CapBnd:")?,
+    );
     if e2 & !eff != 0 || p2 & !perm != 0 || i2 & !inh != 0 || bnd & !target.bounding != 0 {
         return Err(ProcessError::CapsRemain {
             effective: e2,

@@ -131,9 +131,9 @@ pub fn spawn(
         "sandbox_netns_fd": netns_fd,
     });
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let exe =
-        std::env::current_exe().context("network: locating the vetto binary for the broker")?;
-    let mut cmd = Command::new(exe);
+    // This very binary, wherever it runs from (vetto-shim runs from a detached read-only
+    // mount, which has no path).
+    let mut cmd = Command::new("/proc/self/exe");
     cmd.arg("__broker")
         .env(SPEC_ENV, spec.to_string())
         .env(ROLES_ENV, roles.join(" "))
@@ -163,8 +163,16 @@ pub fn spawn(
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            // Nothing else of the parent's (e.g. descriptors a runtime's caller preserved).
-            libc::syscall(libc::SYS_close_range, 3 + tmp.len() as u32, u32::MAX, 0);
+            // Nothing else of the parent's (e.g. descriptors a runtime's caller preserved)
+            // crosses the exec. CLOSE_RANGE_CLOEXEC, not a close: the pipe that reports a
+            // failed exec back to the parent must stay open until then.
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            libc::syscall(
+                libc::SYS_close_range,
+                3 + tmp.len() as u32,
+                u32::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            );
             if die_with_parent {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());

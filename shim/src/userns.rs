@@ -42,7 +42,7 @@ pub(crate) const TMPFS_MAGIC: i64 = 0x0102_1994;
 /// Read-only, libcontainer's cgroup manager gets EROFS for the cgroup it would create and
 /// leaves the container in the caller's cgroup: no cgroup is made or joined, for root and
 /// rootless alike, and none can be left behind.
-fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Result<()> {
+pub(crate) fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Result<()> {
     // SAFETY: valid C strings; a bind mount inside our private mount namespace.
     if unsafe {
         libc::mount(
@@ -55,7 +55,8 @@ fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Result<()> {
     } != 0
     {
         bail!(
-            "mount namespace: binding the cgroup2 hierarchy: {}",
+            "mount namespace: binding {:?} read-only: {}",
+            dst,
             std::io::Error::last_os_error()
         );
     }
@@ -64,7 +65,8 @@ fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Result<()> {
     // SAFETY: as above.
     if unsafe { libc::statvfs(dst.as_ptr(), &mut st) } != 0 {
         bail!(
-            "mount namespace: statvfs of the cgroup2 bind: {}",
+            "mount namespace: statvfs of {:?}: {}",
+            dst,
             std::io::Error::last_os_error()
         );
     }
@@ -93,7 +95,8 @@ fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Result<()> {
     } != 0
     {
         bail!(
-            "mount namespace: making the cgroup2 bind read-only: {}",
+            "mount namespace: making {:?} read-only: {}",
+            dst,
             std::io::Error::last_os_error()
         );
     }

@@ -134,7 +134,7 @@ if "${PODMAN[@]}" run -d --name e2e-d --network none "${UL[@]}" --annotation dev
   out=$("${PODMAN[@]}" exec -e GH_TOKEN=x e2e-d sh -c "$HARD_CHECK" 2>&1)
   expect podman_exec_is_hardened_too $'env=[]\ntoken=[]\netc=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
   out=$("${PODMAN[@]}" exec --privileged e2e-d true 2>&1)
-  expect podman_privileged_exec_is_refused 'refused by vetto policy "default": exec with capabilities' "$out"
+  expect podman_privileged_exec_is_refused 'refused by vetto policy "default": a privileged process (capabilities' "$out"
   "${PODMAN[@]}" pause e2e-d >/dev/null 2>&1
   st=$("${PODMAN[@]}" inspect -f '{{.State.Status}}' e2e-d 2>&1)
   [ "$st" = paused ] && ok podman_pause || bad podman_pause "status: $st"
@@ -195,6 +195,15 @@ out=$("${PODMAN[@]}" --runtime-flag "vetto-policy-dir=$WORK" run --rm --network 
 expect podman_network_through_the_broker $'proxy=http://127.0.0.1:3128\nhello-through-the-broker\nother=refused\ndirect=refused' "$out"
 for _ in $(seq 1 50); do pgrep -f "vetto-shim __broker" >/dev/null || break; sleep 0.1; done
 refute podman_broker_ends_with_the_container "__broker" "$(pgrep -af 'vetto-shim __broker')"
+# An exec gets the policy's variables too (the engine builds its process from its own spec).
+if "${PODMAN[@]}" --runtime-flag "vetto-policy-dir=$WORK" run -d --name e2e-net --network none "${UL[@]}" \
+  --annotation "dev.vetto.policy=$WORK/net.toml" localhost/vetto-e2e sleep 300 >"$LOGS/net-d" 2>&1; then
+  out=$("${PODMAN[@]}" --runtime-flag "vetto-policy-dir=$WORK" exec e2e-net sh -c "$NET_CHECK" 2>&1)
+  expect podman_exec_uses_the_broker $'proxy=http://127.0.0.1:3128\nhello-through-the-broker' "$out"
+  "${PODMAN[@]}" rm -f -t 0 e2e-net >/dev/null 2>&1
+else
+  bad podman_exec_uses_the_broker "$(cat "$LOGS/net-d")"
+fi
 
 # --- rootless Podman ----------------------------------------------------------------------
 # An unprivileged user with subordinate ids (rootless Podman maps them); the runtime and the

@@ -13,6 +13,7 @@ use std::ffi::CString;
 use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
 use seccompiler::BpfProgram;
+use vetto_bundle::container::BindCheck;
 use vetto_bundle::plan::LandlockPlan;
 use vetto_hooks::oci_seccomp::{self, CompiledProfile};
 use vetto_hooks::process::{self, CapSets};
@@ -32,6 +33,8 @@ pub struct OciExecutor {
     pub loopback_only: Option<String>,
     /// Capabilities were widened to install the profile: narrow back to these after it.
     pub restore_caps: Option<CapSets>,
+    /// Host directories as checked at `create`: what is mounted must be them.
+    pub binds: Vec<BindCheck>,
 }
 
 fn fail(msg: String) -> ExecutorError {
@@ -64,6 +67,17 @@ impl Executor for OciExecutor {
             }
         }
         let invalid = ExecutorValidationError::ArgValidationError;
+        for b in &self.binds {
+            use std::os::unix::fs::MetadataExt;
+            let same =
+                std::fs::metadata(&b.path).is_ok_and(|m| m.dev() == b.dev && m.ino() == b.ino);
+            if !same {
+                return Err(invalid(format!(
+                    "bind {}: the mounted directory is not the host directory that was checked (it changed during create)",
+                    b.path.display()
+                )));
+            }
+        }
         if let Some(plan) = &self.landlock {
             landlock::apply(plan).map_err(|e| invalid(format!("Landlock: {e}")))?;
         }

@@ -426,8 +426,10 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
     let asked: Vec<String> = a
         .cap
         .iter()
-        .filter(|c| vetto_bundle::container::PRIVILEGED_CAPS.contains(&c.as_str()))
-        .cloned()
+        .map(|c| format!("CAP_{}", c.to_uppercase().trim_start_matches("CAP_")))
+        .filter(|c| {
+            vetto_bundle::container::PRIVILEGED_CAPS.contains(&c.as_str()) || c == "CAP_MKNOD"
+        })
         .collect();
     refuse_caps(asked)?;
     // Without --process, libcontainer gives the process the container's (shadow) sets, which
@@ -460,30 +462,19 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         })?;
         let mut v: Value = serde_json::from_str(&text)
             .map_err(|e| OciError::Config(format!("{}: {e}", p.display())))?;
-        refuse_caps(vetto_bundle::container::privileged_caps(
-            v.get("capabilities"),
-        ))?;
         executor.restore_caps = None;
-        if shim.plan.is_some() {
-            v["noNewPrivileges"] = Value::Bool(true);
+        if let Some(plan) = &shim.plan {
+            // The same treatment as the init: canonical and non-privileged capabilities,
+            // no CAP_MKNOD, no_new_privs, the environment filtered and the policy's set.
+            vetto_bundle::container::harden_process(
+                &mut v,
+                &plan.policy,
+                &plan.pass_through,
+                &plan.env_set,
+            )?;
         } else if shim.seccomp.is_some() {
+            vetto_bundle::container::canonical_capabilities(&mut v)?;
             executor.restore_caps = prepare::prepare_caps_for_seccomp(&mut v)?;
-        }
-        if shim.plan.is_some() {
-            if let Some(list) = v.get("env").and_then(Value::as_array).cloned() {
-                let mut m: HashMap<String, String> = list
-                    .iter()
-                    .filter_map(|e| e.as_str())
-                    .filter_map(|e| e.split_once('='))
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect();
-                prepare::filter_env(&shim, &mut m);
-                v["env"] = json!(list
-                    .iter()
-                    .filter_map(|e| e.as_str())
-                    .filter(|e| m.contains_key(e.split('=').next().unwrap_or("")))
-                    .collect::<Vec<_>>());
-            }
         }
         // SAFETY: getpid has no arguments and cannot fail.
         let me = unsafe { libc::getpid() };
@@ -834,81 +825,140 @@ fn raw_log_args(args: &[String]) -> (Option<PathBuf>, Option<String>) {
     (log, fmt)
 }
 
+/// Set in the environment of the re-executed runtime: never re-execute twice.
+const SEALED_ENV: &str = "_VETTO_SHIM_READ_ONLY_EXE";
+
+/// The `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn exe_on_read_only_mount() -> bool {
+    // SAFETY: statvfs fills a zeroed struct we own; the magic link names the running file.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out pointer.
+    let r = unsafe { libc::statvfs(c"/proc/self/exe".as_ptr(), &mut st) };
+    r == 0 && st.f_flag & libc::ST_RDONLY != 0
+}
+
 /// CVE-2019-5736 class: while libcontainer's clone of this process runs inside a container
-/// (the init before `execve`, an `exec`), a container process could try to reopen
-/// `/proc/<pid>/exe` for writing once this runtime has exited, and overwrite the host's
-/// binary. Before `create`, `run` and `exec`, the runtime re-executes itself from a
-/// read-only bind of its own binary, in a private mount namespace (slave of the host's, so
-/// nothing propagates back): the clones' `exe` is then on a read-only mount, and writing
-/// through it fails with EROFS. No copy is made (runc copies itself into a sealed memfd).
+/// (the init before `execve`, an `exec`), a container process could keep `/proc/<pid>/exe`
+/// and, once this runtime has exited, reopen it for writing and overwrite the host's binary.
+/// Before `create`, `run` and `exec`, the runtime re-executes itself from a read-only mount of
+/// its own binary, so that reopening fails with EROFS. No copy is made (runc copies itself
+/// into a sealed memfd):
+/// 1. a detached read-only clone of the binary's mount (`open_tree(OPEN_TREE_CLONE)` +
+///    `mount_setattr(MOUNT_ATTR_RDONLY)`) and `execveat` from it: no namespace changes;
+/// 2. where that is not permitted (a user namespace that does not own the mount
+///    namespace), a private mount namespace (slave of the current one) with a read-only
+///    bind of the binary, and `execv`.
 fn reexec_from_read_only_binary(args: &[String]) -> Result<(), OciError> {
-    let bad = |what: &str| {
+    let fail = |what: &str| {
         OciError::Config(format!(
             "sealing the runtime binary: {what}: {}",
             std::io::Error::last_os_error()
         ))
     };
-    let exe = std::fs::read_link("/proc/self/exe").map_err(|_| bad("readlink /proc/self/exe"))?;
+    if exe_on_read_only_mount() {
+        std::env::remove_var(SEALED_ENV);
+        return Ok(());
+    }
+    if std::env::var_os(SEALED_ENV).is_some() {
+        return Err(OciError::Config(
+            "sealing the runtime binary: re-executed, but its mount is still writable".into(),
+        ));
+    }
+    let exe = std::fs::read_link("/proc/self/exe").map_err(|_| fail("readlink /proc/self/exe"))?;
     let c_exe = std::ffi::CString::new(exe.as_os_str().as_encoded_bytes())
         .map_err(|_| OciError::Config("sealing the runtime binary: NUL in its path".into()))?;
-    // SAFETY: statvfs fills a zeroed struct we own.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: valid C string and out pointer.
-    if unsafe { libc::statvfs(c_exe.as_ptr(), &mut st) } == 0 && st.f_flag & libc::ST_RDONLY != 0 {
-        return Ok(()); // already running from a read-only mount
-    }
-    // SAFETY: unshare of this single-threaded process's mount namespace.
-    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
-        return Err(bad("unshare(CLONE_NEWNS)"));
-    }
-    // SAFETY: mount(2) with valid C strings and null pointers where allowed; these change
-    // only this process's new mount namespace.
-    unsafe {
-        if libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_SLAVE,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(bad("making / a slave mount"));
-        }
-        if libc::mount(
-            c_exe.as_ptr(),
-            c_exe.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(bad("binding the binary"));
-        }
-        if libc::mount(
-            std::ptr::null(),
-            c_exe.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(bad("making the binary's bind read-only"));
-        }
-    }
     let argv: Vec<std::ffi::CString> = args
         .iter()
         .map(|a| std::ffi::CString::new(a.as_bytes()))
         .collect::<Result<_, _>>()
         .map_err(|_| OciError::Config("NUL byte in an argument".into()))?;
-    let err = match nix::unistd::execv(&c_exe, &argv) {
-        Ok(never) => match never {},
-        Err(e) => e,
+    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut env: Vec<std::ffi::CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_encoded_bytes();
+            kv.push(b'=');
+            kv.extend(v.into_encoded_bytes());
+            std::ffi::CString::new(kv).ok()
+        })
+        .collect();
+    env.push(std::ffi::CString::new(format!("{SEALED_ENV}=1")).unwrap_or_default());
+    let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+
+    // 1. Detached read-only clone.
+    // SAFETY: open_tree with a valid C path; returns a new descriptor or -1.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c_exe.as_ptr(),
+            1 /* OPEN_TREE_CLONE */ | libc::O_CLOEXEC as libc::c_uint,
+        )
+    } as libc::c_int;
+    if tree >= 0 {
+        let attr = MountAttr {
+            attr_set: 1, // MOUNT_ATTR_RDONLY
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        // SAFETY: mount_setattr on our descriptor with a valid struct and its size; then
+        // execveat with NUL-terminated arrays that outlive the call.
+        unsafe {
+            if libc::syscall(
+                libc::SYS_mount_setattr,
+                tree,
+                c"".as_ptr(),
+                libc::AT_EMPTY_PATH,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            ) == 0
+            {
+                libc::syscall(
+                    libc::SYS_execveat,
+                    tree,
+                    c"".as_ptr(),
+                    argv_p.as_ptr(),
+                    envp.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                );
+            }
+            libc::close(tree);
+        }
+    }
+    // 2. A private mount namespace with a read-only bind.
+    // SAFETY: unshare of this single-threaded process's mount namespace.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        return Err(fail("unshare(CLONE_NEWNS)"));
+    }
+    // SAFETY: valid C strings and null pointers where allowed; this changes only the new
+    // mount namespace.
+    let slave = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        )
     };
-    Err(OciError::Config(format!(
-        "sealing the runtime binary: re-executing {}: {}",
-        exe.display(),
-        err.desc()
-    )))
+    if slave != 0 {
+        return Err(fail("making / a slave mount"));
+    }
+    crate::userns::bind_read_only(&c_exe, &c_exe)
+        .map_err(|e| OciError::Config(format!("sealing the runtime binary: {e:#}")))?;
+    // SAFETY: NUL-terminated arrays that outlive the call.
+    unsafe { libc::execve(c_exe.as_ptr(), argv_p.as_ptr(), envp.as_ptr()) };
+    Err(fail(&format!("re-executing {}", exe.display())))
 }
 
 /// Entry point of the `vetto-shim` binary.

@@ -72,8 +72,6 @@ pub struct ShimState {
     pub seccomp: Option<LinuxSeccomp>,
     /// The init's capabilities were widened to install the profile; it narrows back to these.
     pub restore_caps: Option<CapSets>,
-    /// Environment names the policy lets through although they look secret.
-    pub pass_through: Vec<String>,
     /// The policy's network mode (`off`, `allowlist`, `strict`).
     #[serde(default)]
     pub network_mode: String,
@@ -142,6 +140,11 @@ impl ShimState {
             profile,
             deny_list,
             restore_caps: self.restore_caps,
+            binds: self
+                .plan
+                .as_ref()
+                .map(|p| p.binds.clone())
+                .unwrap_or_default(),
             loopback_only: self
                 .plan
                 .as_ref()
@@ -149,6 +152,15 @@ impl ShimState {
                 .map(|_| self.network_mode.clone()),
         })
     }
+}
+
+fn canonical_selector(sel: &str) -> String {
+    if sel.starts_with('/') {
+        if let Ok(p) = Path::new(sel).canonicalize() {
+            return p.display().to_string();
+        }
+    }
+    sel.to_string()
 }
 
 /// Where annotation-named policy files must live unless the host says otherwise.
@@ -206,7 +218,7 @@ pub fn select_policy(
             return Err(conflict(fixed, "--vetto-policy", a));
         }
         check_selector(fixed)?;
-        return Ok(Some(fixed.to_string()));
+        return Ok(Some(canonical_selector(fixed)));
     }
     let conf = host_config_path().display().to_string();
     let chosen = match (asked, host.require_policy, &host.default_policy) {
@@ -240,7 +252,8 @@ pub fn select_policy(
     if let Some(sel) = &chosen {
         check_selector(sel)?;
     }
-    Ok(chosen)
+    // The checked file is the loaded file: a path is returned resolved.
+    Ok(chosen.map(|c| canonical_selector(&c)))
 }
 
 /// A policy file named by path must be one the host controls: a regular file owned by root
@@ -428,16 +441,10 @@ pub fn prepare(
         runtime_policy,
         &dir,
     )?;
-    let mut pass_through = vec![];
     let mut network_mode = String::new();
     let plan = match &selector {
         Some(sel) => {
             let policy = container::resolve_host_policy(sel)?;
-            pass_through = policy
-                .pass_through
-                .iter()
-                .map(|s| s.value.clone())
-                .collect();
             network_mode = policy.network.value.to_string();
             Some(container::harden(&mut spec, &policy, sel, &home_dir())?)
         }
@@ -504,7 +511,6 @@ pub fn prepare(
         plan,
         seccomp,
         restore_caps,
-        pass_through,
         network_mode,
         broker_pid: None,
     };
@@ -563,7 +569,13 @@ pub fn filter_env(state: &ShimState, env: &mut HashMap<String, String>) -> Vec<S
     }
     let drop: Vec<String> = env
         .keys()
-        .filter(|k| vetto_bundle::translate::never_passes(k) && !state.pass_through.contains(*k))
+        .filter(|k| {
+            vetto_bundle::translate::never_passes(k)
+                && !state
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.pass_through.contains(*k))
+        })
         .cloned()
         .collect();
     for k in &drop {
