@@ -174,6 +174,14 @@ pub fn canonical_capabilities(process: &mut Value) -> Result<(), ContainerError>
             .map_err(|e| ContainerError::Malformed(format!("process.capabilities: {e}")))?;
         *caps = serde_json::to_value(parsed)
             .map_err(|e| ContainerError::Malformed(format!("process.capabilities: {e}")))?;
+        // oci-spec keeps sets in hash sets: sorted, the result is the same every time.
+        if let Some(sets) = caps.as_object_mut() {
+            for set in sets.values_mut() {
+                if let Some(a) = set.as_array_mut() {
+                    a.sort_by(|x, y| x.as_str().cmp(&y.as_str()));
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -501,6 +509,7 @@ pub fn privileged_caps(caps: Option<&Value>) -> Vec<String> {
             }
         }
     }
+    held.sort();
     held
 }
 
