@@ -56,24 +56,10 @@ add "crun create+start+delete (v2 view, no cgroups)" \
 add "v2-view wrapper alone" "unshare -m sh -c '$V2VIEW && /bin/true'"
 
 # containerd with private state, the image imported from the same rootfs.
-ctd=$work/containerd
-mkdir -p "$ctd"
-cat >"$ctd/config.toml" <<EOF
-version = 2
-root = "$ctd/root"
-state = "$ctd/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = "$ctd/sock"
-[ttrpc]
-  address = "$ctd/sock.ttrpc"
-[debug]
-  address = "$ctd/debug.sock"
-EOF
-containerd --config "$ctd/config.toml" >"$work/containerd.log" 2>&1 &
-CTD_PID=$!
-CTR="ctr -a $ctd/sock"
-for _ in $(seq 1 50); do $CTR version >/dev/null 2>&1 && break; sleep 0.2; done
+# shellcheck source=tests/oci/containerd.sh
+. "$(dirname "$0")/../tests/oci/containerd.sh"
+start_containerd "$work/containerd" "$work/containerd.log"
+CTR="ctr -a $CTD_SOCK"
 tar -C "$b/rootfs" -cf "$work/rootfs.tar" .
 python3 - "$work" <<'PY'
 # A docker-archive (what `docker save` writes) around the rootfs tarball, for `ctr import`.

@@ -251,24 +251,11 @@ pkill -KILL -u "$RL_USER" 2>/dev/null   # rootless Podman's pause process
 rm -rf "$RL" 2>/dev/null || true
 
 # --- containerd ----------------------------------------------------------------------------
-CTD=$WORK/containerd
-mkdir -p "$CTD"
-cat >"$CTD/config.toml" <<EOF
-version = 2
-root = "$CTD/root"
-state = "$CTD/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = "$CTD/containerd.sock"
-[ttrpc]
-  address = "$CTD/containerd.sock.ttrpc"
-[debug]
-  address = "$CTD/debug.sock"
-EOF
-containerd --config "$CTD/config.toml" >"$LOGS/containerd" 2>&1 &
-pids_to_stop+=($!)
-CTR=(ctr -a "$CTD/containerd.sock")
-for _ in $(seq 1 50); do "${CTR[@]}" version >/dev/null 2>&1 && break; sleep 0.2; done
+# shellcheck source=tests/oci/containerd.sh
+. "$here/containerd.sh"
+start_containerd "$WORK/containerd" "$LOGS/containerd"
+pids_to_stop+=("$CTD_PID")
+CTR=(ctr -a "$CTD_SOCK")
 if "${CTR[@]}" images import --snapshotter native "$WORK/image.tar" >"$LOGS/ctr-import" 2>&1; then
   ok containerd_import
 else
