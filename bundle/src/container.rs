@@ -316,6 +316,43 @@ pub const DAEMON_SOCKET_PATHS: &[&str] = &[
     "/run/docker/containerd/containerd.sock",
 ];
 
+/// Host system directories (binaries, libraries, configuration): a hardened container may
+/// not get any of them, or anything in them, writable.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
+/// The engines' own state: a hardened container may not get one of these, or a directory
+/// above one, writable. What the engines put *inside* them for a container (its `/etc/hosts`,
+/// `/dev/shm`, Kubernetes volumes) is fine.
+pub const ENGINE_STATE_DIRS: &[&str] = &[
+    "/run",
+    "/var/run",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/var/lib/containers",
+    "/var/lib/kubelet",
+    "/var/lib/rancher",
+];
+
+/// Daemon sockets under each user's runtime directory (rootless engines).
+fn per_user_sockets() -> Vec<PathBuf> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir("/run/user") {
+        for e in rd.flatten() {
+            for rel in [
+                "docker.sock",
+                "podman/podman.sock",
+                "containerd/containerd.sock",
+            ] {
+                out.push(e.path().join(rel));
+            }
+        }
+    }
+    out.push(PathBuf::from("/run/k3s/containerd/containerd.sock"));
+    out
+}
+
 /// Mount types a hardened container may have besides binds.
 pub const ALLOWED_MOUNT_TYPES: &[&str] = &[
     "proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "bind", "none",
@@ -429,8 +466,16 @@ pub fn refusals(spec: &Value) -> Vec<String> {
     // Mounts.
     let sockets: Vec<PathBuf> = DAEMON_SOCKET_PATHS
         .iter()
-        .filter_map(|p| Path::new(p).canonicalize().ok())
+        .map(PathBuf::from)
+        .chain(per_user_sockets())
+        .filter_map(|p| p.canonicalize().ok())
         .collect();
+    let resolve = |dirs: &[&str]| -> Vec<PathBuf> {
+        dirs.iter()
+            .filter_map(|p| Path::new(p).canonicalize().ok())
+            .collect()
+    };
+    let (system, engine) = (resolve(SYSTEM_DIRS), resolve(ENGINE_STATE_DIRS));
     for m in spec
         .get("mounts")
         .and_then(Value::as_array)
@@ -488,6 +533,19 @@ pub fn refusals(spec: &Value) -> Vec<String> {
                 .any(|h| real.starts_with(h))
         {
             out.push(format!("a bind of the host's {shown} (at {dst})"));
+        } else if !is_readonly(m) {
+            // Writable: not a system directory, what is in one, or what holds one; not an
+            // engine's state directory or what holds one (`/var` holds `/var/lib/docker`).
+            let hit = system
+                .iter()
+                .find(|d| real.starts_with(d) || d.starts_with(&real))
+                .or_else(|| engine.iter().find(|d| d.starts_with(&real)));
+            if let Some(d) = hit {
+                out.push(format!(
+                    "a writable bind of {shown} (at {dst}), which is or holds the host's {}",
+                    d.display()
+                ));
+            }
         }
     }
     out
@@ -826,6 +884,31 @@ mod tests {
         assert!(all.contains("host's /proc/sys (at /ps)"), "{all}");
         assert!(all.contains("a \"ext4\" mount at /disk"), "{all}");
         assert!(all.contains("relative path \"rel\""), "{all}");
+        // Writable binds of the host's system directories, or of what holds one.
+        let s = base(json!([
+            {"destination": "/e", "type": "bind", "source": "/etc", "options": ["rbind", "rw"]},
+            {"destination": "/v", "type": "bind", "source": "/var", "options": ["rbind"]},
+            {"destination": "/eo", "type": "bind", "source": "/etc", "options": ["rbind", "ro"]}
+        ]));
+        let all = refusals(&s).join("\n");
+        assert!(
+            all.contains("a writable bind of /etc (at /e), which is or holds the host's /etc"),
+            "{all}"
+        );
+        assert!(all.contains("a writable bind of /var (at /v)"), "{all}");
+        // An engine's state root is refused; what it puts inside for a container is fine.
+        let mut s = base(json!([]));
+        s["mounts"] =
+            json!([{"destination": "/x", "type": "bind", "source": "/run", "options": ["rbind"]}]);
+        assert!(refusals(&s).join("\n").contains("holds the host's /run"));
+        let inside = PathBuf::from(format!("/run/vetto-unit-{}", std::process::id()));
+        if std::fs::create_dir(&inside).is_ok() {
+            s["mounts"] = json!([{"destination": "/etc/hosts", "type": "bind", "source": inside, "options": ["rbind"]}]);
+            let all = refusals(&s).join("\n");
+            let _ = std::fs::remove_dir(&inside);
+            assert!(all.is_empty(), "{all}");
+        }
+        assert!(!all.contains("(at /eo)"), "read-only is fine: {all}");
     }
 
     #[test]
