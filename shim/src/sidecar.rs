@@ -134,6 +134,10 @@ pub fn spawn(
     // This very binary, wherever it runs from (vetto-shim runs from a detached read-only
     // mount, which has no path).
     let mut cmd = Command::new("/proc/self/exe");
+    // Shown as this program's own name (`ps`, `pgrep -f "vetto __broker"`).
+    if let Some(argv0) = std::env::args_os().next() {
+        cmd.arg0(argv0);
+    }
     cmd.arg("__broker")
         .env(SPEC_ENV, spec.to_string())
         .env(ROLES_ENV, roles.join(" "))
