@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use vetto_bundle::host::{HostFacts, SystemDir};
 use vetto_bundle::policy::PolicyFile;
 use vetto_bundle::profiles;
-use vetto_bundle::resolve::{merge, Layer, Source};
+use vetto_bundle::resolve::{merge, Layer, Policy, Source};
 use vetto_bundle::secrets::{MaskKind, SecretMatch};
 use vetto_bundle::translate::translate;
 
@@ -229,20 +229,24 @@ fn golden_ci() {
     golden("ci");
 }
 
-#[test]
-fn network_allowlist_makes_listeners_and_proxy_env() {
-    let f = facts();
+/// The default profile with one more layer (TOML text) on top.
+fn default_with(text: &str) -> Policy {
     let base = Layer {
         file: profiles::load("default").expect("p"),
         source: Source::Builtin("p".into()),
     };
-    let text = "[network]\nmode = \"allowlist\"\nallow = [\"crates.io\"]\nhost_ports = [5432]\nresolver = \"127.0.0.1:5353\"\n";
     let l = Layer {
         file: PolicyFile::parse(text, "t").expect("parse"),
         source: Source::Flag("t".into()),
     };
-    let policy = merge("default", &[base, l]).expect("merge");
-    let t = translate(&policy, &f, &[], "x").expect("translate");
+    merge("default", &[base, l]).expect("merge")
+}
+
+#[test]
+fn network_allowlist_makes_listeners_and_proxy_env() {
+    let f = facts();
+    let text = "[network]\nmode = \"allowlist\"\nallow = [\"crates.io\"]\nhost_ports = [5432]\nresolver = \"127.0.0.1:5353\"\n";
+    let t = translate(&default_with(text), &f, &[], "x").expect("translate");
     let ports: Vec<u16> = t.plan.network.listeners.iter().map(|l| l.port).collect();
     assert_eq!(ports, vec![3128, 1080, 5432]);
     let b = t.plan.network.broker.expect("broker");
@@ -263,11 +267,7 @@ fn network_allowlist_makes_listeners_and_proxy_env() {
         assert!(env.iter().any(|e| e == v), "{v} missing: {env:?}");
     }
     // Off: no listeners, no proxy variables.
-    let base = Layer {
-        file: profiles::load("default").expect("p"),
-        source: Source::Builtin("p".into()),
-    };
-    let t = translate(&merge("default", &[base]).expect("m"), &f, &[], "x").expect("t");
+    let t = translate(&default_with(""), &f, &[], "x").expect("t");
     assert!(t.plan.network.listeners.is_empty() && t.plan.network.broker.is_none());
     let env = t
         .spec
@@ -281,17 +281,7 @@ fn network_allowlist_makes_listeners_and_proxy_env() {
 #[test]
 fn publish_needs_the_broker_and_a_free_port() {
     let f = facts();
-    let mk = |text: &str| {
-        let base = Layer {
-            file: profiles::load("default").expect("p"),
-            source: Source::Builtin("p".into()),
-        };
-        let l = Layer {
-            file: PolicyFile::parse(text, "t").expect("parse"),
-            source: Source::Flag("t".into()),
-        };
-        merge("default", &[base, l]).expect("m")
-    };
+    let mk = default_with;
     let t = translate(
         &mk("[network]\nmode = \"allowlist\"\npublish = [3000]\n"),
         &f,
@@ -324,17 +314,8 @@ fn write_root_over_vetto_config_is_refused() {
     let t = tempfile::tempdir().expect("tmp");
     let mut f = facts();
     f.host_private = vec![t.path().join("cfg/vetto")];
-    let base = Layer {
-        file: profiles::load("default").expect("p"),
-        source: Source::Builtin("p".into()),
-    };
     let text = format!("[filesystem]\nwrite = [\"{}\"]\n", t.path().display());
-    let l = Layer {
-        file: PolicyFile::parse(&text, "t").expect("parse"),
-        source: Source::Flag("t".into()),
-    };
-    let policy = merge("default", &[base, l]).expect("merge");
-    let e = translate(&policy, &f, &[], "x").expect_err("refused");
+    let e = translate(&default_with(&text), &f, &[], "x").expect_err("refused");
     assert!(
         e.to_string().contains("which vetto's own trust relies on"),
         "{e}"
@@ -344,16 +325,13 @@ fn write_root_over_vetto_config_is_refused() {
 #[test]
 fn run_dir_roots_are_refused() {
     let f = facts();
-    let base = Layer {
-        file: profiles::load("default").expect("p"),
-        source: Source::Builtin("p".into()),
-    };
-    let l = Layer {
-        file: PolicyFile::parse("[filesystem]\nread = [\"/run\"]\n", "t").expect("parse"),
-        source: Source::Flag("t".into()),
-    };
-    let policy = merge("default", &[base, l]).expect("merge");
-    let e = translate(&policy, &f, &[], "x").expect_err("refused");
+    let e = translate(
+        &default_with("[filesystem]\nread = [\"/run\"]\n"),
+        &f,
+        &[],
+        "x",
+    )
+    .expect_err("refused");
     assert!(
         e.to_string().contains("cannot be opened to the sandbox"),
         "{e}"
