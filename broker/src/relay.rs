@@ -169,16 +169,12 @@ async fn splice_pump(
 ) -> io::Result<()> {
     loop {
         // The pipe is empty here, so EAGAIN can only mean the socket has nothing to read.
-        let n = loop {
-            r.readable().await?;
-            match r.try_io(Interest::READABLE, || {
+        // (async_io waits for readiness and retries on WouldBlock.)
+        let n = r
+            .async_io(Interest::READABLE, || {
                 splice(r.as_raw_fd(), pipe.wr, BUF_MAX)
-            }) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
-        };
+            })
+            .await?;
         if n == 0 {
             shutdown_write(w);
             return Ok(());
@@ -186,12 +182,9 @@ async fn splice_pump(
         act.touch();
         let mut left = n;
         while left > 0 {
-            w.writable().await?;
-            match w.try_io(Interest::WRITABLE, || splice(pipe.rd, w.as_raw_fd(), left)) {
-                Ok(m) => left -= m,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
+            left -= w
+                .async_io(Interest::WRITABLE, || splice(pipe.rd, w.as_raw_fd(), left))
+                .await?;
         }
         count.fetch_add(n as u64, Ordering::Relaxed);
         act.touch();
