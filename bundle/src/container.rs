@@ -287,6 +287,14 @@ fn strs(v: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The elements of the JSON array at `pointer` (none if absent or not an array).
+fn items<'a>(v: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> {
+    v.pointer(pointer)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
 fn is_bind(m: &Value) -> bool {
     m.get("type").and_then(Value::as_str) == Some("bind")
         || strs(m.get("options"))
@@ -393,12 +401,7 @@ pub fn refusals(spec: &Value) -> Vec<String> {
     // Devices: cgroup rules that grant read or write beyond the allowed character devices,
     // and device nodes other than those (mknod-only rules are harmless: CAP_MKNOD is dropped).
     let num = |d: &Value, k: &str| d.get(k).and_then(Value::as_i64);
-    for d in spec
-        .pointer("/linux/resources/devices")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for d in items(spec, "/linux/resources/devices") {
         let allow = d.get("allow").and_then(Value::as_bool) == Some(true);
         let access = d.get("access").and_then(Value::as_str).unwrap_or("rwm");
         if !allow || !(access.contains('r') || access.contains('w')) {
@@ -413,12 +416,7 @@ pub fn refusals(spec: &Value) -> Vec<String> {
             ));
         }
     }
-    for d in spec
-        .pointer("/linux/devices")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for d in items(spec, "/linux/devices") {
         let path = d.get("path").and_then(Value::as_str).unwrap_or("?");
         let ty = d.get("type").and_then(Value::as_str).unwrap_or("");
         if ty != "c" || !char_device_allowed(num(d, "major"), num(d, "minor")) {
@@ -427,11 +425,7 @@ pub fn refusals(spec: &Value) -> Vec<String> {
     }
     // Namespaces: each kind once, new or joined, never the host's (by inode, whatever the
     // path says).
-    let ns: Vec<&Value> = spec
-        .pointer("/linux/namespaces")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
+    let ns: Vec<&Value> = items(spec, "/linux/namespaces").collect();
     for (kind, file, what) in [
         ("network", "net", "network"),
         ("pid", "pid", "PID"),
@@ -476,12 +470,7 @@ pub fn refusals(spec: &Value) -> Vec<String> {
             .collect()
     };
     let (system, engine) = (resolve(SYSTEM_DIRS), resolve(ENGINE_STATE_DIRS));
-    for m in spec
-        .get("mounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for m in items(spec, "/mounts") {
         let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
         if !dst.starts_with('/') {
             out.push(format!("a mount at the relative path {dst:?}"));
@@ -657,6 +646,13 @@ pub fn harden(
     let mut masks: Vec<Mask> = vec![];
     let mut canonical: Vec<(usize, PathBuf)> = vec![];
     let mut binds: Vec<BindCheck> = vec![];
+    // `~/` patterns apply to the runtime's home and to every account's home in a bind.
+    let home_patterns: Vec<_> = patterns
+        .iter()
+        .copied()
+        .filter(|p| p.value.starts_with("~/"))
+        .collect();
+    let homes = account_homes();
     for (i, m) in mounts.iter().enumerate() {
         let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
         if !dst.starts_with('/') || beneath(dst, "/proc") || beneath(dst, "/sys") {
@@ -670,34 +666,24 @@ pub fn harden(
                 continue;
             };
             canonical.push((i, src.clone()));
-            if let Ok(meta) = std::fs::metadata(&src) {
+            let meta = std::fs::metadata(&src).ok().filter(|m| m.is_dir());
+            if let Some(meta) = &meta {
                 use std::os::unix::fs::MetadataExt;
-                if meta.is_dir() {
-                    binds.push(BindCheck {
-                        path: dst.into(),
-                        dev: meta.dev(),
-                        ino: meta.ino(),
-                    });
-                }
+                binds.push(BindCheck {
+                    path: dst.into(),
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                });
             }
             // A path beneath the bind that really is there (no symlink on the way).
             let real_beneath = |rel: &Path| {
                 let p = src.join(rel);
                 (p.canonicalize().ok().as_ref() == Some(&p)).then_some(p)
             };
-            if src.is_dir() {
-                // `~/` patterns: the runtime's home, and every account's home in the bind.
+            if meta.is_some() {
                 let mut found = secrets::scan(&patterns, home, &src)?;
-                let home_patterns: Vec<_> = patterns
-                    .iter()
-                    .copied()
-                    .filter(|p| p.value.starts_with("~/"))
-                    .collect();
-                for h in account_homes()
-                    .into_iter()
-                    .filter(|h| h.starts_with(&src) && h != home)
-                {
-                    for f in secrets::scan(&home_patterns, &h, &h)? {
+                for h in homes.iter().filter(|h| h.starts_with(&src) && *h != home) {
+                    for f in secrets::scan(&home_patterns, h, h)? {
                         if !found.iter().any(|x| x.path == f.path) {
                             found.push(f);
                         }

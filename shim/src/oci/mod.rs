@@ -125,13 +125,13 @@ enum Cmd {
 
 /// The state root: `--root`, else `/run/vetto-shim` for root, else
 /// `$XDG_RUNTIME_DIR/vetto-shim` (or `/tmp/vetto-shim-UID`).
-fn state_root(g: &GlobalOpts) -> Result<PathBuf, OciError> {
+fn state_root(g: &GlobalOpts, in_userns: bool) -> Result<PathBuf, OciError> {
     let root = match &g.root {
         Some(r) => r.clone(),
         None => {
             // SAFETY: geteuid has no arguments and cannot fail.
             let uid = unsafe { libc::geteuid() };
-            if uid == 0 && !rootless() {
+            if uid == 0 && !in_userns {
                 PathBuf::from("/run/vetto-shim")
             } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
                 PathBuf::from(x).join("vetto-shim")
@@ -264,12 +264,11 @@ fn state_json(root: &Path, c: &Container) -> Value {
 
 /// Removes what a failed `create` left: libcontainer's state and the shadow bundle.
 fn cleanup(root: &Path, id: &str) {
-    stop_broker(root, id);
     if let Ok(mut c) = Container::load(root.join(id)) {
         let _ = c.delete(true);
     }
     let _ = std::fs::remove_dir_all(root.join(id));
-    let _ = std::fs::remove_dir_all(shim_dir(root, id));
+    forget(root, id);
 }
 
 struct CreateArgs<'a> {
@@ -300,6 +299,7 @@ impl<'a> CreateArgs<'a> {
 
 fn create(
     g: &GlobalOpts,
+    root: &Path,
     host_policy: Option<&str>,
     log: &Logger,
     a: &CreateArgs<'_>,
@@ -310,14 +310,13 @@ fn create(
         ));
     }
     check_id(a.id)?;
-    let root = state_root(g)?;
-    if root.join(a.id).exists() || shim_dir(&root, a.id).exists() {
+    if root.join(a.id).exists() || shim_dir(root, a.id).exists() {
         return Err(OciError::Exists(a.id.to_string()));
     }
     let prepared = prepare::prepare(
         a.id,
         a.bundle,
-        &root,
+        root,
         host_policy,
         a.policy_dir,
         a.cgroup_view,
@@ -327,7 +326,7 @@ fn create(
         log.debug("capabilities widened until the seccomp profile is installed");
     }
     let built = ContainerBuilder::new(a.id.to_string(), SyscallType::default())
-        .with_root_path(&root)
+        .with_root_path(root)
         .map_err(rt("state root"))
         .and_then(|b| b.with_pid_file(a.pid_file).map_err(rt("pid file")))
         .and_then(|b| {
@@ -348,7 +347,7 @@ fn create(
     let c = match built {
         Ok(c) => c,
         Err(e) => {
-            cleanup(&root, a.id);
+            cleanup(root, a.id);
             return Err(e);
         }
     };
@@ -366,15 +365,15 @@ fn create(
             Ok(broker) => {
                 let mut st = prepared.state.clone();
                 st.broker_pid = Some(broker);
-                if let Err(e) = st.save(&root, a.id) {
+                if let Err(e) = st.save(root, a.id) {
                     network::stop(broker);
-                    cleanup(&root, a.id);
+                    cleanup(root, a.id);
                     return Err(e);
                 }
                 log.debug(&format!("network broker {broker} attached"));
             }
             Err(e) => {
-                cleanup(&root, a.id);
+                cleanup(root, a.id);
                 return Err(e);
             }
         }
@@ -382,10 +381,12 @@ fn create(
     Ok(c)
 }
 
-fn stop_broker(root: &Path, id: &str) {
+/// Removes vetto's part of a container: its broker and its record and shadow bundle.
+fn forget(root: &Path, id: &str) {
     if let Some(pid) = ShimState::load(root, id).ok().and_then(|s| s.broker_pid) {
         network::stop(pid);
     }
+    let _ = std::fs::remove_dir_all(shim_dir(root, id));
 }
 
 fn wait_exit(pid: i32) -> u8 {
@@ -402,9 +403,8 @@ fn wait_exit(pid: i32) -> u8 {
     }
 }
 
-fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciError> {
-    let root = state_root(g)?;
-    let c = load(&root, &a.container_id)?;
+fn exec(root: &Path, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciError> {
+    let c = load(root, &a.container_id)?;
     if !c.can_exec() {
         return Err(OciError::Config(format!(
             "container \"{}\" is {}: cannot exec",
@@ -412,7 +412,7 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
             status_str(c.status())
         )));
     }
-    let shim = ShimState::load(&root, &a.container_id)?;
+    let shim = ShimState::load(root, &a.container_id)?;
     let refuse_caps = |caps: Vec<String>| -> Result<(), OciError> {
         match (&shim.plan, caps.is_empty()) {
             (Some(p), false) => Err(OciError::Config(format!(
@@ -455,13 +455,7 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
     }
     let mut tmp: Option<RemoveOnDrop> = None;
     if let Some(p) = &a.process {
-        let text = std::fs::read_to_string(p).map_err(|source| OciError::Io {
-            what: "reading the process file",
-            path: p.clone(),
-            source,
-        })?;
-        let mut v: Value = serde_json::from_str(&text)
-            .map_err(|e| OciError::Config(format!("{}: {e}", p.display())))?;
+        let mut v = prepare::read_json(p, "reading the process file")?;
         executor.restore_caps = None;
         if let Some(plan) = &shim.plan {
             // The same treatment as the init: canonical and non-privileged capabilities,
@@ -478,7 +472,7 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         }
         // SAFETY: getpid has no arguments and cannot fail.
         let me = unsafe { libc::getpid() };
-        let path = shim_dir(&root, &a.container_id).join(format!("exec-{me}.json"));
+        let path = shim_dir(root, &a.container_id).join(format!("exec-{me}.json"));
         std::fs::write(&path, v.to_string()).map_err(|source| OciError::Io {
             what: "writing the process file",
             path: path.clone(),
@@ -498,7 +492,7 @@ fn exec(g: &GlobalOpts, log: &Logger, a: liboci_cli::Exec) -> Result<u8, OciErro
         }
     }
     let mut b = ContainerBuilder::new(a.container_id.clone(), SyscallType::default())
-        .with_root_path(&root)
+        .with_root_path(root)
         .map_err(rt("state root"))?
         .with_pid_file(a.pid_file.as_ref())
         .map_err(rt("pid file"))?
@@ -694,40 +688,46 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
         cli.cmd,
         Cmd::Common(CommonCmd::Features(_)) | Cmd::Common(CommonCmd::Spec(_))
     );
+    let in_userns = rootless();
     // SAFETY: geteuid has no arguments and cannot fail.
-    if needs_state && unsafe { libc::geteuid() } != 0 && !rootless() {
+    if needs_state && unsafe { libc::geteuid() } != 0 && !in_userns {
         return Err(OciError::Unsupported(
             "running as an unprivileged user outside a user namespace (use rootless Podman, \
              which runs the runtime in the user's namespace, `unshare -Ur vetto-shim ...`, \
              or `vetto run`)",
         ));
     }
-    let cgroup_view = needs_state && rootless() && !cgroups_writable();
+    let cgroup_view = needs_state && in_userns && !cgroups_writable();
     if cgroup_view {
         rootless_cgroup_view(log)?;
     }
+    // Made and checked once, for every command that keeps state.
+    let root = match needs_state {
+        true => state_root(g, in_userns)?,
+        false => PathBuf::new(),
+    };
     match cli.cmd {
         Cmd::Standard(StandardCmd::Create(a)) => {
             create(
                 g,
+                &root,
                 host_policy,
                 log,
                 &CreateArgs::new(&a, cgroup_view, policy_dir),
             )?;
         }
         Cmd::Standard(StandardCmd::Start(a)) => {
-            let mut c = load(&state_root(g)?, &a.container_id)?;
+            let mut c = load(&root, &a.container_id)?;
             c.start().map_err(rt("start"))?;
         }
         Cmd::Standard(StandardCmd::State(a)) => {
-            let root = state_root(g)?;
             let c = load(&root, &a.container_id)?;
             let text = serde_json::to_string_pretty(&state_json(&root, &c))
                 .map_err(|e| OciError::Config(e.to_string()))?;
             println!("{text}");
         }
         Cmd::Standard(StandardCmd::Kill(a)) => {
-            let mut c = load(&state_root(g)?, &a.container_id)?;
+            let mut c = load(&root, &a.container_id)?;
             if c.status() == ContainerStatus::Stopped {
                 // runc's wording: containerd and Docker match on it.
                 return Err(OciError::Config("container not running".into()));
@@ -737,17 +737,14 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
             c.kill(sig, a.all).map_err(rt("kill"))?;
         }
         Cmd::Standard(StandardCmd::Delete(a)) => {
-            let root = state_root(g)?;
             check_id(&a.container_id)?;
             match load(&root, &a.container_id) {
                 Ok(mut c) => {
                     c.delete(a.force).map_err(rt("delete"))?;
-                    stop_broker(&root, &a.container_id);
-                    let _ = std::fs::remove_dir_all(shim_dir(&root, &a.container_id));
+                    forget(&root, &a.container_id);
                 }
                 Err(OciError::NotFound(_)) if a.force => {
-                    stop_broker(&root, &a.container_id);
-                    let _ = std::fs::remove_dir_all(shim_dir(&root, &a.container_id));
+                    forget(&root, &a.container_id);
                 }
                 Err(e) => return Err(e),
             }
@@ -764,11 +761,11 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
             };
             let mut c = create(
                 g,
+                &root,
                 host_policy,
                 log,
                 &CreateArgs::new(&as_create, cgroup_view, policy_dir),
             )?;
-            let root = state_root(g)?;
             if let Err(e) = c.start() {
                 cleanup(&root, &a.container_id);
                 return Err(rt("start")(e));
@@ -779,24 +776,21 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
             let code = wait_exit(c.pid().map_or(-1, |p| p.as_raw()));
             if !a.keep {
                 let _ = c.delete(true);
-                stop_broker(&root, &a.container_id);
-                let _ = std::fs::remove_dir_all(shim_dir(&root, &a.container_id));
+                forget(&root, &a.container_id);
             }
             return Ok(code);
         }
-        Cmd::Common(CommonCmd::Exec(a)) => return exec(g, log, a),
-        Cmd::Common(CommonCmd::Ps(a)) => ps(&state_root(g)?, &a)?,
+        Cmd::Common(CommonCmd::Exec(a)) => return exec(&root, log, a),
+        Cmd::Common(CommonCmd::Ps(a)) => ps(&root, &a)?,
         Cmd::Common(CommonCmd::Pause(a)) => {
-            load(&state_root(g)?, &a.container_id)?
-                .pause()
-                .map_err(rt("pause"))?;
+            load(&root, &a.container_id)?.pause().map_err(rt("pause"))?;
         }
         Cmd::Common(CommonCmd::Resume(a)) => {
-            load(&state_root(g)?, &a.container_id)?
+            load(&root, &a.container_id)?
                 .resume()
                 .map_err(rt("resume"))?;
         }
-        Cmd::Common(CommonCmd::List(a)) => list(&state_root(g)?, &a)?,
+        Cmd::Common(CommonCmd::List(a)) => list(&root, &a)?,
         Cmd::Common(CommonCmd::Features(_)) => println!("{:#}", features()),
         Cmd::Common(CommonCmd::Spec(a)) => spec_cmd(&a)?,
         Cmd::Common(CommonCmd::Events(_)) => return Err(OciError::Unsupported("events")),

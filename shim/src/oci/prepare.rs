@@ -293,6 +293,17 @@ fn check_host_owned(path: &Path) -> Result<(), OciError> {
     Ok(())
 }
 
+/// Reads and parses a JSON file handed over by the caller; errors name the file (and the
+/// line and column of a syntax error).
+pub fn read_json(path: &Path, what: &'static str) -> Result<Value, OciError> {
+    let text = std::fs::read_to_string(path).map_err(|source| OciError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| OciError::Config(format!("{}: {e}", path.display())))
+}
+
 fn home_dir() -> PathBuf {
     std::env::var_os("HOME")
         .map(PathBuf::from)
@@ -419,13 +430,7 @@ pub fn prepare(
         source,
     })?;
     let cfg_path = bundle.join("config.json");
-    let text = std::fs::read_to_string(&cfg_path).map_err(|source| OciError::Io {
-        what: "reading the bundle's config.json",
-        path: cfg_path.clone(),
-        source,
-    })?;
-    let mut spec: Value = serde_json::from_str(&text)
-        .map_err(|e| OciError::Config(format!("{}: {e}", cfg_path.display())))?;
+    let mut spec = read_json(&cfg_path, "reading the bundle's config.json")?;
     // The typed model libcontainer will use must accept it too.
     let typed: Spec = serde_json::from_value(spec.clone())
         .map_err(|e| OciError::Config(format!("{}: {e}", cfg_path.display())))?;
@@ -494,11 +499,9 @@ pub fn prepare(
         }
     }
 
-    // Seccomp: compiled now (a bad profile fails here), installed by the init.
+    // Seccomp: compiled by `executor()` below (a bad profile fails there, before anything is
+    // written), installed by the init.
     let seccomp = typed.linux().as_ref().and_then(|l| l.seccomp().clone());
-    if let Some(s) = &seccomp {
-        oci_seccomp::compile(s)?;
-    }
     // (A hardened bundle has no_new_privs: nothing to widen.)
     let restore_caps = match (&seccomp, spec.get_mut("process")) {
         (Some(_), Some(process)) => prepare_caps_for_seccomp(process)?,
