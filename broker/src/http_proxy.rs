@@ -8,17 +8,28 @@
 //! 443 only, and strict mode refuses port 80). Its head is rewritten before it goes
 //! upstream: origin-form request target, hop-by-hop headers removed, a `Host` header equal
 //! to the URI's authority (a client `Host` naming anything else is refused), and
-//! `Connection: close`, so one request is served per connection.
+//! `Connection: close`.
+//!
+//! Exactly one request is forwarded per client connection: its head and its body, framed by
+//! `Content-Length` or `Transfer-Encoding: chunked` (re-encoded as parsed: extensions and
+//! trailers dropped), and nothing else. A request with both framings, several conflicting
+//! lengths or any other transfer coding is refused before anything is dialled. Bytes the
+//! client sends after that body (a pipelined second request, naming any `Host`) are never
+//! read into the upstream connection; the response is relayed until the upstream closes,
+//! then the client connection is closed.
 //!
 //! [`Policy::decide`]: crate::allow::Policy::decide
 
+use std::convert::Infallible;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 
-use crate::relay::relay;
+use crate::relay::{relay, RelayEnd, RelayStats};
 use crate::server::{
     close_after_refusal, decide_and_dial, sanitize, EventDecision, Record, Refusal, Shared,
     HANDSHAKE_TIMEOUT, HTTP_HEAD_LIMIT, REJECT_TIMEOUT,
@@ -41,6 +52,10 @@ const HOP_BY_HOP: &[&str] = &[
     "trailer",
     "upgrade",
 ];
+
+/// Request headers the proxy writes itself, in canonical form (`Host` from the URI, the
+/// body's framing from what was parsed), instead of copying the client's.
+const FRAMING_AND_HOST: &[&str] = &["host", "content-length", "transfer-encoding"];
 
 /// Headers a `Connection` option may not name: removing them would change where the
 /// request goes or where it ends.
@@ -260,8 +275,8 @@ async fn tunnel(
 }
 
 /// A plain-HTTP request in absolute form: parse the request line and the headers
-/// completely, then decide and dial, then send the rewritten head, the body bytes already
-/// read, and relay both ways until either side closes.
+/// completely, then decide and dial, then send the rewritten head and exactly the one body
+/// ([`exchange`]), relay the response, and close.
 async fn forward(shared: &Shared, stream: TcpStream, rec: &mut Record, line: &str, head: &Head) {
     let request_target = line.split(' ').nth(1).unwrap_or_default();
     let req = match AbsoluteRequest::parse(line) {
@@ -274,17 +289,395 @@ async fn forward(shared: &Shared, stream: TcpStream, rec: &mut Record, line: &st
         }
     };
     rec.target = Some(req.target.to_string());
-    let mut upstream_bytes = match req.upstream_head(&head.headers) {
-        Ok(h) => h,
+    let request = match req.upstream_head(&head.headers) {
+        Ok(r) => r,
         Err(e) => return send_refusal(stream, rec, &e.refusal()).await,
     };
     let upstream = match decide_and_dial(shared, &req.target, rec).await {
         Ok(upstream) => upstream,
         Err(r) => return send_refusal(stream, rec, &r).await,
     };
-    upstream_bytes.extend_from_slice(&head.leftover);
-    let stats = relay(stream, upstream, &upstream_bytes, shared.idle).await;
+    let mut client = stream;
+    let stats = exchange(&mut client, upstream, &request, &head.leftover, shared.idle).await;
+    let closed = matches!(stats.end, RelayEnd::Closed);
     rec.relayed(stats);
+    if closed {
+        // The response went out whole: FIN, then discard what the client still sends for
+        // a moment, so unread pipelined bytes do not turn the close into a reset that
+        // could destroy the response on the client's side.
+        close_after_refusal(client).await;
+    }
+}
+
+/// How the one forwarded request's body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFraming {
+    /// Neither `Content-Length` nor `Transfer-Encoding`: a request without a body.
+    None,
+    /// `Content-Length: n`.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// The request as it goes upstream: the rewritten head and how its body ends.
+#[derive(Debug)]
+struct UpstreamRequest {
+    head: Vec<u8>,
+    body: BodyFraming,
+}
+
+/// Largest read from the client while forwarding a body.
+const BODY_BUF: usize = 16 * 1024;
+/// First and largest buffer for the response (it grows while reads fill it).
+const RESPONSE_BUF_START: usize = 4 * 1024;
+const RESPONSE_BUF_MAX: usize = 64 * 1024;
+
+/// Byte counters and the last activity of an [`exchange`].
+struct Progress {
+    start: Instant,
+    last_ms: AtomicU64,
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl Progress {
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn deadline(&self, idle: Duration) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)) + idle
+    }
+}
+
+/// Why sending the request upstream stopped early.
+enum SendError {
+    /// The client: closed or failed before the body was complete, or sent a malformed
+    /// chunked body. The request is incomplete: the exchange ends.
+    Client(io::Error),
+    /// Writing upstream failed (it closed, maybe after answering early): the response
+    /// side decides how the exchange ends.
+    Upstream,
+}
+
+/// Send `request` upstream (its head, then exactly its body: from `leftover` first, then
+/// from the client, never reading past the body's end for a `Content-Length` body, and
+/// discarding whatever follows the last chunk of a chunked one), while the response is
+/// relayed to the client; ends when the upstream closes, on an error, or after `idle`
+/// without a byte moving. Nothing the client sends after the body reaches the upstream.
+async fn exchange(
+    client: &mut TcpStream,
+    mut upstream: TcpStream,
+    request: &UpstreamRequest,
+    leftover: &[u8],
+    idle: Duration,
+) -> RelayStats {
+    let p = Progress {
+        start: Instant::now(),
+        last_ms: AtomicU64::new(0),
+        up: AtomicU64::new(0),
+        down: AtomicU64::new(0),
+    };
+    let (mut cr, mut cw) = client.split();
+    let (mut ur, mut uw) = upstream.split();
+    let end = {
+        let p = &p;
+        let send = async {
+            match send_request(&mut cr, &mut uw, request, leftover, p).await {
+                Err(SendError::Client(e)) => e,
+                // Done (or the upstream stopped reading): wait for the response side.
+                Ok(()) | Err(SendError::Upstream) => {
+                    match std::future::pending::<Infallible>().await {}
+                }
+            }
+        };
+        let respond = async {
+            let mut buf = vec![0u8; RESPONSE_BUF_START];
+            loop {
+                let n = ur.read(&mut buf).await?;
+                if n == 0 {
+                    cw.shutdown().await?;
+                    return Ok::<(), io::Error>(());
+                }
+                p.touch();
+                cw.write_all(&buf[..n]).await?;
+                p.down.fetch_add(n as u64, Ordering::Relaxed);
+                p.touch();
+                if n == buf.len() && buf.len() < RESPONSE_BUF_MAX {
+                    buf.resize((buf.len() * 4).min(RESPONSE_BUF_MAX), 0);
+                }
+            }
+        };
+        let watchdog = async {
+            loop {
+                let deadline = p.deadline(idle);
+                if Instant::now() >= deadline {
+                    return;
+                }
+                tokio::time::sleep_until(deadline).await;
+            }
+        };
+        tokio::select! {
+            e = send => RelayEnd::Error(e),
+            r = respond => match r {
+                Ok(()) => RelayEnd::Closed,
+                Err(e) => RelayEnd::Error(e),
+            },
+            () = watchdog => RelayEnd::IdleTimeout,
+        }
+    };
+    RelayStats {
+        up: p.up.load(Ordering::Relaxed),
+        down: p.down.load(Ordering::Relaxed),
+        end,
+    }
+}
+
+/// Write `data` upstream and count it.
+async fn send_up<W: AsyncWriteExt + Unpin>(
+    w: &mut W,
+    data: &[u8],
+    p: &Progress,
+) -> Result<(), SendError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    w.write_all(data).await.map_err(|_| SendError::Upstream)?;
+    p.up.fetch_add(data.len() as u64, Ordering::Relaxed);
+    p.touch();
+    Ok(())
+}
+
+/// Read the next piece of the body from the client (at most `max` bytes).
+async fn read_body<R: AsyncReadExt + Unpin>(
+    r: &mut R,
+    buf: &mut [u8],
+    max: usize,
+    p: &Progress,
+) -> Result<usize, SendError> {
+    let want = buf.len().min(max);
+    let n = r.read(&mut buf[..want]).await.map_err(SendError::Client)?;
+    if n == 0 {
+        return Err(SendError::Client(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the client closed before the request body was complete",
+        )));
+    }
+    p.touch();
+    Ok(n)
+}
+
+/// The head, then exactly the body. Returns when the body is complete.
+async fn send_request<R, W>(
+    client: &mut R,
+    upstream: &mut W,
+    request: &UpstreamRequest,
+    leftover: &[u8],
+    p: &Progress,
+) -> Result<(), SendError>
+where
+    R: AsyncReadExt + Unpin,
+    W: AsyncWriteExt + Unpin,
+{
+    send_up(upstream, &request.head, p).await?;
+    let mut buf = vec![0u8; BODY_BUF];
+    match request.body {
+        BodyFraming::None => Ok(()),
+        BodyFraming::Length(len) => {
+            let mut left = len;
+            let take = usize::try_from(left).map_or(leftover.len(), |l| l.min(leftover.len()));
+            send_up(upstream, &leftover[..take], p).await?;
+            left -= take as u64;
+            while left > 0 {
+                let max = usize::try_from(left).unwrap_or(usize::MAX);
+                let n = read_body(client, &mut buf, max, p).await?;
+                send_up(upstream, &buf[..n], p).await?;
+                left -= n as u64;
+            }
+            Ok(())
+        }
+        BodyFraming::Chunked => {
+            let mut decoder = ChunkedBody::default();
+            let mut out = Vec::new();
+            let mut input: &[u8] = leftover;
+            loop {
+                decoder.feed(input, &mut out).map_err(|e| {
+                    SendError::Client(io::Error::new(io::ErrorKind::InvalidData, e))
+                })?;
+                send_up(upstream, &out, p).await?;
+                out.clear();
+                if decoder.is_done() {
+                    // Whatever followed the last chunk in `input` is dropped here.
+                    return Ok(());
+                }
+                let n = read_body(client, &mut buf, BODY_BUF, p).await?;
+                input = &buf[..n];
+            }
+        }
+    }
+}
+
+/// Longest chunk-size line (with its extensions) accepted.
+const CHUNK_LINE_LIMIT: usize = 4096;
+
+/// Why a chunked request body is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ChunkError {
+    #[error("malformed chunked request body: a line does not end with CRLF")]
+    LineEnding,
+    #[error("malformed chunked request body: chunk size line {0:?}")]
+    SizeLine(String),
+    #[error("malformed chunked request body: a chunk-size line exceeds {CHUNK_LINE_LIMIT} bytes")]
+    SizeLineTooLong,
+    #[error("malformed chunked request body: chunk data is not followed by CRLF")]
+    DataEnd,
+    #[error(
+        "malformed chunked request body: the trailer section exceeds {} bytes",
+        HTTP_HEAD_LIMIT
+    )]
+    TrailerTooLarge,
+}
+
+/// Where a chunked body is.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    /// Reading a chunk-size line.
+    #[default]
+    Size,
+    /// This many bytes of chunk data still to come.
+    Data(u64),
+    /// The CR after chunk data.
+    DataCr,
+    /// The LF after chunk data.
+    DataLf,
+    /// Reading trailer lines, after the last chunk.
+    Trailer,
+    /// The body is complete.
+    Done,
+}
+
+/// An incremental, strict decoder of a chunked body (RFC 9112 §7.1) that writes the same
+/// chunks back out in canonical form: `{size:x}\r\n`, the data, `\r\n`, and `0\r\n\r\n`
+/// at the end. Extensions and trailer fields are dropped, so the upstream sees exactly the
+/// framing that was parsed here. Input after the end is never consumed.
+#[derive(Debug, Default)]
+struct ChunkedBody {
+    state: ChunkState,
+    /// The line being read (size line or trailer line).
+    line: Vec<u8>,
+    /// Bytes of trailer section so far.
+    trailer_len: usize,
+}
+
+impl ChunkedBody {
+    fn is_done(&self) -> bool {
+        self.state == ChunkState::Done
+    }
+
+    /// Consume `input` up to the end of the body, appending canonical chunks to `out`.
+    fn feed(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), ChunkError> {
+        while !input.is_empty() {
+            match self.state {
+                ChunkState::Done => return Ok(()),
+                ChunkState::Data(left) => {
+                    let take = usize::try_from(left).map_or(input.len(), |l| l.min(input.len()));
+                    out.extend_from_slice(&input[..take]);
+                    input = &input[take..];
+                    let left = left - take as u64;
+                    self.state = match left {
+                        0 => ChunkState::DataCr,
+                        l => ChunkState::Data(l),
+                    };
+                }
+                ChunkState::DataCr | ChunkState::DataLf => {
+                    let want = if self.state == ChunkState::DataCr {
+                        b'\r'
+                    } else {
+                        b'\n'
+                    };
+                    if input[0] != want {
+                        return Err(ChunkError::DataEnd);
+                    }
+                    input = &input[1..];
+                    self.state = if want == b'\r' {
+                        ChunkState::DataLf
+                    } else {
+                        out.extend_from_slice(b"\r\n");
+                        ChunkState::Size
+                    };
+                }
+                ChunkState::Size | ChunkState::Trailer => {
+                    let (part, complete) = match input.iter().position(|&b| b == b'\n') {
+                        Some(i) => (&input[..=i], true),
+                        None => (input, false),
+                    };
+                    input = &input[part.len()..];
+                    self.line.extend_from_slice(part);
+                    if self.state == ChunkState::Size {
+                        if self.line.len() > CHUNK_LINE_LIMIT {
+                            return Err(ChunkError::SizeLineTooLong);
+                        }
+                    } else {
+                        self.trailer_len += part.len();
+                        if self.trailer_len > HTTP_HEAD_LIMIT {
+                            return Err(ChunkError::TrailerTooLarge);
+                        }
+                    }
+                    if complete {
+                        self.end_line(out)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A complete size or trailer line is in `self.line`.
+    fn end_line(&mut self, out: &mut Vec<u8>) -> Result<(), ChunkError> {
+        let Some(content) = self.line.strip_suffix(b"\r\n") else {
+            return Err(ChunkError::LineEnding);
+        };
+        if self.state == ChunkState::Size {
+            let size = parse_chunk_size(content)?;
+            out.extend_from_slice(format!("{size:x}\r\n").as_bytes());
+            self.state = match size {
+                0 => ChunkState::Trailer,
+                n => ChunkState::Data(n),
+            };
+        } else if content.is_empty() {
+            out.extend_from_slice(b"\r\n");
+            self.state = ChunkState::Done;
+        }
+        self.line.clear();
+        Ok(())
+    }
+}
+
+/// `chunk-size [ chunk-ext ]` (RFC 9112 §7.1.1): at most 16 hex digits (the size fits in
+/// 64 bits), then nothing, or optional spaces and `;` followed by visible ASCII, spaces
+/// and tabs (the extensions are not forwarded).
+fn parse_chunk_size(line: &[u8]) -> Result<u64, ChunkError> {
+    let bad = || ChunkError::SizeLine(sanitize(&String::from_utf8_lossy(line)));
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 || digits > 16 {
+        return Err(bad());
+    }
+    let rest = &line[digits..];
+    let ext = match rest.iter().position(|&b| b != b' ' && b != b'\t') {
+        None if rest.is_empty() => rest,
+        Some(i) if rest[i] == b';' => &rest[i..],
+        _ => return Err(bad()),
+    };
+    if !ext
+        .iter()
+        .all(|&b| b == b'\t' || b == b' ' || b.is_ascii_graphic())
+    {
+        return Err(bad());
+    }
+    let hex = std::str::from_utf8(&line[..digits]).map_err(|_| bad())?;
+    u64::from_str_radix(hex, 16).map_err(|_| bad())
 }
 
 /// Why a plain-HTTP request is not forwarded (before any policy decision).
@@ -534,8 +927,10 @@ impl<'a> AbsoluteRequest<'a> {
     }
 
     /// The head to send upstream: origin-form request line, one `Host` equal to the URI's
-    /// authority, the client's end-to-end headers in order, and `Connection: close`.
-    fn upstream_head(&self, header_block: &[u8]) -> Result<Vec<u8>, ForwardError> {
+    /// authority, the client's end-to-end headers in order, the body's framing as one
+    /// canonical `Content-Length` or `Transfer-Encoding: chunked` field, and
+    /// `Connection: close`; with how the body ends.
+    fn upstream_head(&self, header_block: &[u8]) -> Result<UpstreamRequest, ForwardError> {
         let fields = parse_fields(header_block)?;
         let canonical_host = host_header(&self.target);
 
@@ -576,15 +971,22 @@ impl<'a> AbsoluteRequest<'a> {
 
         let lengths: Vec<&[u8]> = list_values(&fields, "content-length").collect();
         let has_length = fields.iter().any(|f| f.key == "content-length");
-        if has_length
-            && (lengths.is_empty()
-                || !lengths
-                    .iter()
-                    .all(|l| l.iter().all(u8::is_ascii_digit) && *l == lengths[0]))
-        {
-            return Err(ForwardError::invalid(
-                "invalid or conflicting Content-Length headers",
-            ));
+        let mut body = BodyFraming::None;
+        if has_length {
+            let invalid = || ForwardError::invalid("invalid or conflicting Content-Length headers");
+            let first = lengths.first().ok_or_else(invalid)?;
+            if !lengths
+                .iter()
+                .all(|l| l.iter().all(u8::is_ascii_digit) && l == first)
+            {
+                return Err(invalid());
+            }
+            // ASCII digits only, so UTF-8; a value beyond 64 bits is refused.
+            let len = std::str::from_utf8(first)
+                .ok()
+                .and_then(|l| l.parse::<u64>().ok())
+                .ok_or_else(invalid)?;
+            body = BodyFraming::Length(len);
         }
         if fields.iter().any(|f| f.key == "transfer-encoding") {
             if has_length {
@@ -603,6 +1005,7 @@ impl<'a> AbsoluteRequest<'a> {
                     "only 'Transfer-Encoding: chunked' is accepted in a request",
                 ));
             }
+            body = BodyFraming::Chunked;
         }
 
         let mut out = format!(
@@ -611,7 +1014,9 @@ impl<'a> AbsoluteRequest<'a> {
         )
         .into_bytes();
         for f in &fields {
-            if f.key == "host" || HOP_BY_HOP.contains(&f.key.as_str()) || drop_keys.contains(&f.key)
+            if FRAMING_AND_HOST.contains(&f.key.as_str())
+                || HOP_BY_HOP.contains(&f.key.as_str())
+                || drop_keys.contains(&f.key)
             {
                 continue;
             }
@@ -620,8 +1025,15 @@ impl<'a> AbsoluteRequest<'a> {
             out.extend_from_slice(f.value);
             out.extend_from_slice(b"\r\n");
         }
+        match body {
+            BodyFraming::None => {}
+            BodyFraming::Length(n) => {
+                out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
+            }
+            BodyFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        }
         out.extend_from_slice(b"Connection: close\r\n\r\n");
-        Ok(out)
+        Ok(UpstreamRequest { head: out, body })
     }
 }
 
@@ -755,7 +1167,7 @@ mod tests {
     }
 
     fn rewrite(line: &str, headers: &str) -> Result<String, ForwardError> {
-        let head = parse(line)?.upstream_head(headers.as_bytes())?;
+        let head = parse(line)?.upstream_head(headers.as_bytes())?.head;
         Ok(String::from_utf8(head).unwrap())
     }
 
@@ -846,6 +1258,132 @@ mod tests {
             ),
             Err(ForwardError::Invalid(_))
         ));
+    }
+
+    fn framing(line: &str, headers: &str) -> Result<BodyFraming, ForwardError> {
+        Ok(parse(line)?.upstream_head(headers.as_bytes())?.body)
+    }
+
+    #[test]
+    fn body_framing_is_parsed_and_rewritten_canonically() {
+        let post = "POST http://name.test/ HTTP/1.1";
+        assert_eq!(framing(post, "\r\n"), Ok(BodyFraming::None));
+        assert_eq!(
+            framing(post, "Content-Length: 007\r\n\r\n"),
+            Ok(BodyFraming::Length(7))
+        );
+        assert_eq!(
+            framing(post, "Content-Length: 5, 5\r\nContent-Length: 5\r\n\r\n"),
+            Ok(BodyFraming::Length(5))
+        );
+        assert_eq!(
+            framing(post, "Content-Length: 18446744073709551615\r\n\r\n"),
+            Ok(BodyFraming::Length(u64::MAX))
+        );
+        assert_eq!(
+            framing(post, "Transfer-Encoding: CHUNKED\r\n\r\n"),
+            Ok(BodyFraming::Chunked)
+        );
+        for headers in [
+            "Content-Length: 18446744073709551616\r\n\r\n",
+            "Content-Length: 5, 6\r\n\r\n",
+            "Content-Length: 05, 5\r\n\r\n",
+            "Content-Length: +5\r\n\r\n",
+            "Content-Length: 0x5\r\n\r\n",
+            "Transfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n",
+        ] {
+            assert!(
+                matches!(framing(post, headers), Err(ForwardError::Invalid(_))),
+                "{headers:?}"
+            );
+        }
+        // One canonical framing field goes upstream, whatever the client's spelling.
+        assert_eq!(
+            rewrite(post, "content-length: 5, 5\r\nX-A: 1\r\n\r\n").unwrap(),
+            "POST / HTTP/1.1\r\nHost: name.test\r\nX-A: 1\r\nContent-Length: 5\r\n\
+             Connection: close\r\n\r\n"
+        );
+        assert_eq!(
+            rewrite(post, "Transfer-Encoding:  Chunked \r\n\r\n").unwrap(),
+            "POST / HTTP/1.1\r\nHost: name.test\r\nTransfer-Encoding: chunked\r\n\
+             Connection: close\r\n\r\n"
+        );
+    }
+
+    /// Feed `input` in pieces of `step` bytes; returns the output and how much of the
+    /// input was needed to complete the body (`None`: not complete).
+    fn decode(input: &[u8], step: usize) -> Result<(Vec<u8>, Option<usize>), ChunkError> {
+        let mut d = ChunkedBody::default();
+        let mut out = Vec::new();
+        for (i, piece) in input.chunks(step).enumerate() {
+            d.feed(piece, &mut out)?;
+            if d.is_done() {
+                return Ok((out, Some(((i + 1) * step).min(input.len()))));
+            }
+        }
+        Ok((out, None))
+    }
+
+    #[test]
+    fn chunked_bodies_are_reencoded_and_end_exactly() {
+        let body = b"5;name=value\r\nhello\r\n00C \t; a\r\n hello world\r\n\
+                     0\r\nX-Trailer: 1\r\nY: 2\r\n\r\nGET http://evil.test/ HTTP/1.1\r\n\r\n";
+        let canonical = b"5\r\nhello\r\nc\r\n hello world\r\n0\r\n\r\n";
+        let end = body.len() - b"GET http://evil.test/ HTTP/1.1\r\n\r\n".len();
+        for step in [1, 2, 3, 7, body.len()] {
+            let (out, done) = decode(body, step).unwrap();
+            assert_eq!(out, canonical, "step {step}");
+            // Completed within the piece holding the last byte of the body.
+            let done = done.unwrap();
+            assert!(done >= end && done < end + step, "step {step}: {done}");
+        }
+        // Whatever follows the end is never consumed into the output.
+        let mut d = ChunkedBody::default();
+        let mut out = Vec::new();
+        d.feed(b"0\r\n\r\n1\r\nX\r\n0\r\n\r\n", &mut out).unwrap();
+        assert!(d.is_done());
+        assert_eq!(out, b"0\r\n\r\n");
+        d.feed(b"more", &mut out).unwrap();
+        assert_eq!(out, b"0\r\n\r\n");
+        // Incomplete.
+        assert_eq!(decode(b"5\r\nhel", 100).unwrap().1, None);
+        assert_eq!(decode(b"0\r\nX: 1\r\n", 100).unwrap().1, None);
+
+        for bad in [
+            &b"5\nhello\r\n0\r\n\r\n"[..],
+            b"5\r\nhello\n0\r\n\r\n",
+            b"5\r\nhelloX\r\n0\r\n\r\n",
+            b"0\r\n\n",
+            b"x\r\n",
+            b"\r\n",
+            b"-5\r\n",
+            b"+5\r\n",
+            b"0x5\r\n",
+            b"5 \r\n",
+            b"5 5\r\n",
+            b" 5\r\n",
+            b"5;a\x00b\r\n",
+            b"5;\rb\r\n",
+            b"10000000000000000\r\n",
+            b"00000000000000005\r\n",
+        ] {
+            assert!(decode(bad, 1).is_err(), "{bad:?}");
+            assert!(decode(bad, bad.len()).is_err(), "{bad:?}");
+        }
+        let long = format!("5;{}\r\n", "a".repeat(CHUNK_LINE_LIMIT));
+        assert_eq!(
+            decode(long.as_bytes(), 64),
+            Err(ChunkError::SizeLineTooLong)
+        );
+        let trailer = format!("0\r\nX: {}\r\n\r\n", "a".repeat(HTTP_HEAD_LIMIT));
+        assert_eq!(
+            decode(trailer.as_bytes(), 64),
+            Err(ChunkError::TrailerTooLarge)
+        );
+        // The largest size that fits in 64 bits is accepted (and then just awaited).
+        let (out, done) = decode(b"ffffffffffffffff\r\nab", 100).unwrap();
+        assert_eq!(out, b"ffffffffffffffff\r\nab");
+        assert_eq!(done, None);
     }
 
     #[test]

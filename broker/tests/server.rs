@@ -873,6 +873,317 @@ async fn http_forward_refusals() {
     assert!(seen.lock().unwrap().is_empty());
 }
 
+/// What a keep-alive HTTP server received on one connection.
+#[derive(Debug, Default)]
+struct ConnLog {
+    /// Every request it parsed.
+    requests: Vec<Seen>,
+    /// Every byte it read.
+    raw: Vec<u8>,
+}
+
+/// The server end of one connection of [`keepalive_server`]: buffered reads, every byte
+/// also appended to the connection's log as soon as it arrives.
+struct Wire {
+    s: TcpStream,
+    buf: Vec<u8>,
+    log: Arc<Mutex<Vec<ConnLog>>>,
+    idx: usize,
+}
+
+impl Wire {
+    async fn more(&mut self) -> bool {
+        let mut chunk = [0u8; 4096];
+        match self.s.read(&mut chunk).await {
+            Ok(n) if n > 0 => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                self.log.lock().unwrap()[self.idx]
+                    .raw
+                    .extend_from_slice(&chunk[..n]);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The next CRLF-terminated line, without its CRLF.
+    async fn line(&mut self) -> Option<String> {
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line: Vec<u8> = self.buf.drain(..i + 2).take(i).collect();
+                return Some(String::from_utf8(line).unwrap());
+            }
+            if !self.more().await {
+                return None;
+            }
+        }
+    }
+
+    async fn take(&mut self, n: usize) -> Option<Vec<u8>> {
+        while self.buf.len() < n {
+            if !self.more().await {
+                return None;
+            }
+        }
+        Some(self.buf.drain(..n).collect())
+    }
+
+    /// One request: head, then a `Content-Length` or chunked body.
+    async fn request(&mut self) -> Option<Seen> {
+        let request_line = self.line().await?;
+        let mut headers = Vec::new();
+        loop {
+            let l = self.line().await?;
+            if l.is_empty() {
+                break;
+            }
+            let (k, v) = l.split_once(':').unwrap();
+            headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
+        }
+        let mut seen = Seen {
+            request_line,
+            headers,
+            body: Vec::new(),
+        };
+        if seen.header("transfer-encoding") == ["chunked"] {
+            loop {
+                let size_line = self.line().await?;
+                let size = usize::from_str_radix(size_line.split(';').next().unwrap(), 16).unwrap();
+                if size == 0 {
+                    while !self.line().await?.is_empty() {}
+                    break;
+                }
+                let data = self.take(size).await?;
+                seen.body.extend_from_slice(&data);
+                assert_eq!(self.take(2).await?, b"\r\n");
+            }
+        } else if let Some(len) = seen.header("content-length").first() {
+            seen.body = self.take(len.parse().unwrap()).await?;
+        }
+        Some(seen)
+    }
+}
+
+/// The answer of [`keepalive_server`] to every request (no `Connection: close`).
+const KEEPALIVE_RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\norigin";
+
+/// An HTTP/1.1 server on `bind` (loopback) that ignores `Connection: close`: it serves
+/// every request it can read on a connection and keeps the connection open, so whatever
+/// the proxy lets through after the first request shows up in its log.
+async fn keepalive_server(bind: &str) -> (SocketAddr, Arc<Mutex<Vec<ConnLog>>>) {
+    let listener = TcpListener::bind(bind).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns: Arc<Mutex<Vec<ConnLog>>> = Arc::default();
+    let log = Arc::clone(&conns);
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let idx = {
+                let mut l = log.lock().unwrap();
+                l.push(ConnLog::default());
+                l.len() - 1
+            };
+            let mut wire = Wire {
+                s,
+                buf: Vec::new(),
+                log: Arc::clone(&log),
+                idx,
+            };
+            tokio::spawn(async move {
+                while let Some(seen) = wire.request().await {
+                    wire.log.lock().unwrap()[wire.idx].requests.push(seen);
+                    if wire.s.write_all(KEEPALIVE_RESPONSE).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (addr, conns)
+}
+
+/// Read one response of exactly `expected.len()` bytes from the proxy.
+async fn read_response(s: &mut TcpStream, expected: &[u8]) {
+    let mut got = vec![0u8; expected.len()];
+    timeout(T, s.read_exact(&mut got)).await.unwrap().unwrap();
+    assert_eq!(got, expected);
+}
+
+#[tokio::test]
+async fn http_forward_sends_one_request_per_connection() {
+    let dns = StubDns::start().await;
+    let (origin, conns) = keepalive_server("127.0.0.2:0").await;
+    let port = origin.port();
+    dns.set("web.vetto.test", &["127.0.0.2"]);
+    dns.set("other.vetto.test", &["127.0.0.2"]);
+    let b = Broker::start(
+        spec(
+            &[
+                format!("web.vetto.test:{port}"),
+                format!("other.vetto.test:{port}"),
+            ],
+            &["127.0.0.2/32"],
+            &dns,
+        ),
+        &[ListenerKind::HttpProxy],
+    )
+    .await;
+    let proxy = b.addrs[0];
+    let second = format!(
+        "GET http://other.vetto.test:{port}/second HTTP/1.1\r\nHost: other.vetto.test:{port}\r\n\r\n"
+    );
+    // (what, the client's writes, the body upstream must get)
+    type Case<'a> = (&'a str, Vec<Vec<u8>>, &'a [u8]);
+    let cases: Vec<Case<'_>> = vec![
+        // Two requests in one write, the second naming another Host (allowlisted too, on
+        // the same checked upstream address).
+        (
+            "pipelined GET",
+            vec![format!(
+                "GET http://web.vetto.test:{port}/first HTTP/1.1\r\nHost: web.vetto.test:{port}\r\n\r\n{second}"
+            )
+            .into_bytes()],
+            b"",
+        ),
+        // The second request right behind a Content-Length body.
+        (
+            "after a Content-Length body",
+            vec![format!(
+                "POST http://web.vetto.test:{port}/first HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello{second}"
+            )
+            .into_bytes()],
+            b"hello",
+        ),
+        // The second request right behind a chunked body (with an extension and a trailer),
+        // the body arriving in pieces.
+        (
+            "after a chunked body",
+            vec![
+                format!(
+                    "POST http://web.vetto.test:{port}/first HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhel"
+                )
+                .into_bytes(),
+                b"lo\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n".to_vec(),
+                format!("\r\n{second}").into_bytes(),
+            ],
+            b"hello world",
+        ),
+    ];
+    for (i, (what, writes, body)) in cases.into_iter().enumerate() {
+        let mut s = TcpStream::connect(proxy).await.unwrap();
+        for w in writes {
+            s.write_all(&w).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        read_response(&mut s, KEEPALIVE_RESPONSE).await;
+        // A request sent after the first response is not forwarded either.
+        let _ = s.write_all(second.as_bytes()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let conns = conns.lock().unwrap();
+        assert_eq!(
+            conns.len(),
+            i + 1,
+            "{what}: one upstream connection per case"
+        );
+        let c = &conns[i];
+        assert_eq!(c.requests.len(), 1, "{what}: {:?}", c.requests);
+        let r = &c.requests[0];
+        assert_eq!(r.request_line.split(' ').nth(1), Some("/first"), "{what}");
+        assert_eq!(r.body, body, "{what}");
+        assert_eq!(r.header("connection"), ["close"], "{what}");
+        let raw = String::from_utf8_lossy(&c.raw);
+        assert!(!raw.contains("other.vetto.test"), "{what}: {raw:?}");
+        assert!(!raw.contains("/second"), "{what}: {raw:?}");
+        if what == "after a chunked body" {
+            // The body goes upstream re-encoded: the chunks as parsed, no extension, no
+            // trailer, and nothing after the last chunk.
+            assert!(
+                raw.ends_with("\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+                "{raw:?}"
+            );
+            assert_eq!(r.header("transfer-encoding"), ["chunked"]);
+        }
+    }
+    // DNS was asked about the first request's host only.
+    assert_eq!(dns.queries_for("other.vetto.test"), 0);
+}
+
+#[tokio::test]
+async fn http_forward_closes_after_the_one_response() {
+    let dns = StubDns::start().await;
+    let (origin, seen) = http_server("127.0.0.2:0").await;
+    let port = origin.port();
+    dns.set("web.vetto.test", &["127.0.0.2"]);
+    let mut b = Broker::start(
+        spec(&[format!("web.vetto.test:{port}")], &["127.0.0.2/32"], &dns),
+        &[ListenerKind::HttpProxy],
+    )
+    .await;
+    let first =
+        format!("POST http://web.vetto.test:{port}/ HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc");
+    let request = format!(
+        "{first}GET http://web.vetto.test:{port}/again HTTP/1.1\r\nHost: web.vetto.test:{port}\r\n\r\n"
+    );
+    // The client gets the one response, then the connection ends.
+    assert_eq!(
+        http_exchange(b.addrs[0], request.as_bytes()).await,
+        HTTP_RESPONSE
+    );
+    let ev = b.event().await;
+    assert_eq!(ev.decision, EventDecision::Allow);
+    assert_eq!(ev.reason, "closed");
+    assert_eq!(ev.bytes_down, HTTP_RESPONSE.len() as u64);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body, b"abc");
+    // Upstream got the rewritten head and the 3 body bytes: nothing of the second request.
+    let head_len = format!(
+        "POST / HTTP/1.1\r\nHost: web.vetto.test:{port}\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"
+    )
+    .len();
+    assert_eq!(ev.bytes_up, (head_len + 3) as u64);
+}
+
+#[tokio::test]
+async fn http_forward_refuses_ambiguous_framing() {
+    let dns = StubDns::start().await;
+    let (origin, conns) = keepalive_server("127.0.0.2:0").await;
+    let port = origin.port();
+    dns.set("web.vetto.test", &["127.0.0.2"]);
+    let mut b = Broker::start(
+        spec(&[format!("web.vetto.test:{port}")], &["127.0.0.2/32"], &dns),
+        &[ListenerKind::HttpProxy],
+    )
+    .await;
+    let smuggled = format!("GET http://web.vetto.test:{port}/smuggled HTTP/1.1\r\n\r\n");
+    for framing in [
+        "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n",
+        "Transfer-Encoding: chunked\r\nContent-Length: 0\r\n",
+        "Content-Length: 4\r\nTransfer-Encoding: identity\r\n",
+        "Transfer-Encoding: chunked, identity\r\n",
+        "Transfer-Encoding: identity, chunked\r\n",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+        "Content-Length: 4\r\nContent-Length: 5\r\n",
+        "Content-Length: 4, 5\r\n",
+        "Content-Length: +4\r\n",
+        "Content-Length: 99999999999999999999999\r\n",
+        "Transfer-Encoding : chunked\r\n",
+    ] {
+        let request = format!(
+            "POST http://web.vetto.test:{port}/ HTTP/1.1\r\nHost: web.vetto.test:{port}\r\n\
+             {framing}\r\n0\r\n\r\n{smuggled}"
+        );
+        let r = http_request(b.addrs[0], request.as_bytes()).await;
+        assert_eq!(r.status, 400, "{framing:?}: {}", r.body);
+        assert_eq!(r.headers["x-vetto-deny"], "invalid-request", "{framing:?}");
+        let ev = b.event().await;
+        assert_eq!(ev.decision, EventDecision::Deny, "{framing:?}");
+        assert_eq!(ev.dialled, None, "{framing:?}");
+    }
+    assert!(conns.lock().unwrap().is_empty());
+    assert_eq!(dns.queries_for("web.vetto.test"), 0);
+}
+
 // ---------------------------------------------------------------------------------------
 // 4. SOCKS5
 // ---------------------------------------------------------------------------------------

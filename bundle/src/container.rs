@@ -272,6 +272,7 @@ pub fn resolve_host_policy(selector: &str) -> Result<Policy, PolicyError> {
         &inputs,
         &TrustContext {
             project: nowhere,
+            home: nowhere,
             store: &store,
         },
     )
@@ -1045,12 +1046,10 @@ mod tests {
                 && m["source"] == json!("/dev/null")));
         assert!(mounts
             .iter()
-            .any(|m| m["destination"] == json!("/workspace/.git/hooks")
+            .any(|m| m["destination"] == json!("/workspace/.git")
                 && strs(m.get("options")).contains(&"ro".to_string())));
         // Nothing protected is added under the read-only bind.
-        assert!(!mounts
-            .iter()
-            .any(|m| m["destination"] == json!("/ro/.git/hooks")));
+        assert!(!mounts.iter().any(|m| m["destination"] == json!("/ro/.git")));
         let writable: Vec<String> = plan
             .landlock
             .rules

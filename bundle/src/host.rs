@@ -33,6 +33,9 @@ pub struct HostFacts {
     pub home_dotfiles: Vec<PathBuf>,
     /// Host paths the sandbox must never be able to write (vetto's config and trust store).
     pub host_private: Vec<PathBuf>,
+    /// Repository metadata in the project (canonical: `.git` entries, the git and common
+    /// directories they name), from [`crate::gitmeta::metadata_paths`] over the scan's finds.
+    pub git_metadata: Vec<PathBuf>,
 }
 
 /// A top-level system directory.
@@ -61,6 +64,54 @@ pub const HOME_DOTFILES: &[&str] = &[
     ".local/bin",
     "go",
 ];
+
+/// The canonical form of an absolute path that may not exist yet: its deepest existing
+/// ancestor resolved through symlinks, plus the rest (which, not existing, holds no symlink).
+/// `..` is refused; so is a path whose existing part cannot be resolved (fail closed: every
+/// comparison of paths the trust rule makes is between canonical paths).
+pub fn canonical_beyond(p: &Path) -> Result<PathBuf, std::io::Error> {
+    use std::path::Component;
+    let invalid = |why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: {why}", p.display()),
+        )
+    };
+    if !p.is_absolute() {
+        return Err(invalid("not an absolute path"));
+    }
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(invalid("contains `..`"));
+    }
+    let mut existing = p.to_path_buf();
+    let mut rest: Vec<std::ffi::OsString> = vec![];
+    loop {
+        match existing.canonicalize() {
+            Ok(c) => {
+                let mut out = c;
+                for r in rest.iter().rev() {
+                    out.push(r);
+                }
+                return Ok(out);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A dangling symlink is not "absent": it would resolve elsewhere once its
+                // target appears.
+                if existing.symlink_metadata().is_ok() {
+                    return Err(e);
+                }
+                let Some(name) = existing.file_name().map(|n| n.to_os_string()) else {
+                    return Err(e);
+                };
+                rest.push(name);
+                if !existing.pop() {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 fn canonical_dir(p: &Path, what: &str) -> Result<PathBuf, TranslateError> {
     let c = p.canonicalize().map_err(|e| TranslateError::Path {
@@ -107,9 +158,11 @@ impl HostFacts {
                 reason: "HOME must be an absolute path".into(),
             });
         }
-        let home = Path::new(&home_raw)
-            .canonicalize()
-            .unwrap_or_else(|_| PathBuf::from(&home_raw));
+        let home = canonical_beyond(Path::new(&home_raw)).map_err(|e| TranslateError::Path {
+            key: "HOME".into(),
+            path: home_raw.clone(),
+            reason: e.to_string(),
+        })?;
         let user = env
             .get("USER")
             .or_else(|| env.get("LOGNAME"))
@@ -156,6 +209,32 @@ impl HostFacts {
             system_dirs,
             home_dotfiles,
             host_private: vec![],
+            git_metadata: vec![],
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_beyond_resolves_the_existing_part() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().canonicalize().expect("c");
+        std::fs::create_dir(root.join("real")).expect("mk");
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).expect("ln");
+        assert_eq!(
+            canonical_beyond(&root.join("link/.config/vetto")).expect("ok"),
+            root.join("real/.config/vetto")
+        );
+        assert_eq!(
+            canonical_beyond(&root.join("real")).expect("ok"),
+            root.join("real")
+        );
+        assert!(canonical_beyond(Path::new("relative/x")).is_err());
+        assert!(canonical_beyond(&root.join("real/../x")).is_err());
+        std::os::unix::fs::symlink(root.join("nowhere"), root.join("dangling")).expect("ln");
+        assert!(canonical_beyond(&root.join("dangling/x")).is_err());
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod container;
 pub mod error;
+pub mod gitmeta;
 pub mod host;
 pub mod plan;
 pub mod policy;

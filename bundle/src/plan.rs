@@ -51,6 +51,49 @@ pub struct IoctlDeny {
     pub request: u32,
 }
 
+/// One condition on a syscall argument, compared on its low 32 bits (every argument these
+/// rules look at is an `int` or `mode_t`; the kernel ignores the upper half).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "op")]
+pub enum ArgCheck {
+    /// `(arg & mask) == mask`: some bits are set.
+    BitsSet {
+        /// Argument index (0-5).
+        arg: u8,
+        /// The bits.
+        mask: u32,
+    },
+    /// `arg != value`.
+    Ne {
+        /// Argument index (0-5).
+        arg: u8,
+        /// The value.
+        value: u32,
+    },
+}
+
+/// A syscall refused (EPERM) when all of its checks hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgDeny {
+    /// The syscall.
+    pub syscall: String,
+    /// All must hold.
+    pub when: Vec<ArgCheck>,
+    /// Why, for `vetto policy explain`.
+    pub why: String,
+}
+
+/// A syscall refused with a specific errno (so callers take their fallback path).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrnoDeny {
+    /// The syscall.
+    pub syscall: String,
+    /// The errno returned (`libc::ENOSYS`, `libc::EOPNOTSUPP`, ...).
+    pub errno: i32,
+    /// Why, for `vetto policy explain`.
+    pub why: String,
+}
+
 /// The seccomp deny-list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeccompPlan {
@@ -58,6 +101,11 @@ pub struct SeccompPlan {
     pub deny: Vec<String>,
     /// ioctl requests that return EPERM.
     pub deny_ioctls: Vec<IoctlDeny>,
+    /// Syscalls that return EPERM when their arguments match (a syscall listed here may have
+    /// several rules: any one that holds refuses the call).
+    pub deny_args: Vec<ArgDeny>,
+    /// Syscalls that return another errno than EPERM.
+    pub deny_errno: Vec<ErrnoDeny>,
     /// x32-ABI syscalls (nr | 0x40000000) return EPERM.
     pub deny_x32: bool,
     /// Syscalls of any other architecture (i386 `int 0x80`) return EPERM.
@@ -132,11 +180,45 @@ pub const HTTP_PROXY_PORT: u16 = 3128;
 /// Port of the SOCKS5 proxy inside the sandbox.
 pub const SOCKS_PORT: u16 = 1080;
 
+/// What the init mounts at one path (see [`InitMount`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InitMountKind {
+    /// The directory bound onto itself, writable: a mount point cannot be renamed or removed,
+    /// so what is protected beneath it cannot be carried away.
+    Pin,
+    /// The file or directory bound onto itself read-only (recursively), `nosuid,nodev`.
+    ReadOnly,
+    /// `/dev/null` bound over a secret file, read-only.
+    MaskFile,
+    /// An empty, read-only, mode-000 tmpfs over a secret directory.
+    MaskDir,
+}
+
+/// A mount the init makes itself, before Landlock, on the exact object the host-side scan
+/// found: it opens the path one component at a time without following symlinks, checks the
+/// (device, inode) pair the scan recorded, mounts onto that descriptor, and checks the result.
+/// A concurrent rename therefore cannot move a mask or a protection onto another file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitMount {
+    /// Absolute path inside the sandbox.
+    pub path: PathBuf,
+    /// What is mounted there.
+    pub kind: InitMountKind,
+    /// `st_dev` of the object found on the host.
+    pub dev: u64,
+    /// `st_ino` of the object found on the host.
+    pub ino: u64,
+}
+
 /// What the in-container init does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     /// Format version.
     pub version: u32,
+    /// Masks and protections, in order (parents first).
+    #[serde(default)]
+    pub mounts: Vec<InitMount>,
     /// Landlock rules.
     pub landlock: LandlockPlan,
     /// Seccomp deny-list.
@@ -170,6 +252,7 @@ pub fn default_seccomp() -> SeccompPlan {
         "fspick",
         "move_mount",
         "open_tree",
+        "open_tree_attr",
         "mount_setattr",
         "pivot_root",
         "init_module",
@@ -188,6 +271,24 @@ pub fn default_seccomp() -> SeccompPlan {
     ];
     SeccompPlan {
         deny: deny.iter().map(|s| s.to_string()).collect(),
+        deny_args: setid_mode_rules()
+            .into_iter()
+            .chain(std::iter::once(socket_family_rule()))
+            .collect(),
+        deny_errno: vec![
+            ErrnoDeny {
+                syscall: "openat2".into(),
+                errno: ENOSYS,
+                why: "its mode lives in a struct seccomp cannot read (setuid files); callers fall back to openat".into(),
+            },
+        ]
+        .into_iter()
+        .chain(SETXATTR.iter().map(|s| ErrnoDeny {
+            syscall: s.to_string(),
+            errno: EOPNOTSUPP,
+            why: "extended attributes cannot be set (security.capability would plant file capabilities)".into(),
+        }))
+        .collect(),
         deny_ioctls: vec![
             IoctlDeny {
                 name: "TIOCSTI".into(),
@@ -200,5 +301,80 @@ pub fn default_seccomp() -> SeccompPlan {
         ],
         deny_x32: true,
         deny_foreign_arch: true,
+    }
+}
+
+// Linux errno values (asm-generic; the same on x86_64 and aarch64). Plain numbers keep this
+// crate free of libc in the plan.
+const ENOSYS: i32 = 38;
+const EOPNOTSUPP: i32 = 95;
+
+/// Mode bits that make an executable run with its owner's or group's identity.
+pub const S_ISUID: u32 = 0o4000;
+/// See [`S_ISUID`].
+pub const S_ISGID: u32 = 0o2000;
+
+/// Every syscall that sets extended attributes.
+pub const SETXATTR: &[&str] = &["setxattr", "lsetxattr", "fsetxattr", "setxattrat"];
+
+/// Every syscall that takes a file mode, with the index of the mode argument: no file the
+/// sandbox creates or changes may get the setuid or setgid bit (a root caller's sandbox would
+/// otherwise leave a root setuid binary on the host). `openat2` carries its mode in a struct
+/// and is refused whole (see `deny_errno`).
+pub const MODE_ARGS: &[(&str, u8)] = &[
+    ("chmod", 1),
+    ("fchmod", 1),
+    ("fchmodat", 2),
+    ("fchmodat2", 2),
+    ("open", 2),
+    ("openat", 3),
+    ("creat", 1),
+    ("mkdir", 1),
+    ("mkdirat", 2),
+    ("mknod", 1),
+    ("mknodat", 2),
+];
+
+fn setid_mode_rules() -> Vec<ArgDeny> {
+    let mut v = vec![];
+    for (sys, arg) in MODE_ARGS {
+        for (bit, name) in [(S_ISUID, "setuid"), (S_ISGID, "setgid")] {
+            v.push(ArgDeny {
+                syscall: sys.to_string(),
+                when: vec![ArgCheck::BitsSet {
+                    arg: *arg,
+                    mask: bit,
+                }],
+                why: format!("a mode with the {name} bit"),
+            });
+        }
+    }
+    v
+}
+
+/// Socket families the sandbox may create: unix, inet, inet6, netlink. Every other family
+/// (AF_VSOCK reaches the hypervisor's host, AF_PACKET, AF_BLUETOOTH, ...) is refused.
+pub const SOCKET_FAMILIES: &[(&str, u32)] = &[
+    ("AF_UNIX", 1),
+    ("AF_INET", 2),
+    ("AF_INET6", 10),
+    ("AF_NETLINK", 16),
+];
+
+fn socket_family_rule() -> ArgDeny {
+    ArgDeny {
+        syscall: "socket".into(),
+        when: SOCKET_FAMILIES
+            .iter()
+            .map(|(_, f)| ArgCheck::Ne { arg: 0, value: *f })
+            .collect(),
+        why: format!(
+            "a family other than {}",
+            SOCKET_FAMILIES
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }

@@ -61,6 +61,29 @@ impl fmt::Display for ProjectAccess {
     }
 }
 
+/// What happens to a protected path the sandbox created (it was absent at start, so no
+/// read-only bind could cover it; host tools load such files: `.mcp.json`, `.vscode/tasks.json`).
+/// Ordered from the narrowest: `remove` is stricter than `warn`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandoffAction {
+    /// Reported on stderr at the end of the session, and removed.
+    Remove,
+    /// Reported on stderr at the end of the session, and left in place.
+    Warn,
+}
+
+impl fmt::Display for HandoffAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HandoffAction::Remove => "remove",
+            HandoffAction::Warn => "warn",
+        })
+    }
+}
+
 /// `[filesystem]`
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -75,6 +98,9 @@ pub struct FilesystemSection {
     pub write: Option<Vec<String>>,
     /// Project-relative paths that stay read-only even when the project is writable.
     pub protected: Option<Vec<String>>,
+    /// What to do with a protected path that was absent at start and that the sandbox created:
+    /// `warn` (default) or `remove`.
+    pub handoff: Option<HandoffAction>,
 }
 
 /// `[secrets]`

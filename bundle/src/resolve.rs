@@ -10,7 +10,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::PolicyError;
-use crate::policy::{AskMode, HostPort, NetworkMode, PolicyFile, ProjectAccess, SecretsSection};
+use crate::policy::{
+    AskMode, HandoffAction, HostPort, NetworkMode, PolicyFile, ProjectAccess, SecretsSection,
+};
 use crate::profiles;
 use crate::secrets::BUILTIN_SECRETS;
 
@@ -96,6 +98,8 @@ pub struct Policy {
     pub write: Vec<Sourced<String>>,
     /// Read-only paths inside the project.
     pub protected: Vec<Sourced<String>>,
+    /// What happens to protected paths the sandbox created.
+    pub handoff: Sourced<HandoffAction>,
     /// Secret files.
     pub secret_files: Vec<Sourced<String>>,
     /// Secret directories.
@@ -239,6 +243,7 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         read: vec![],
         write: vec![],
         protected: vec![],
+        handoff: Sourced::new(HandoffAction::Warn, &builtin),
         secret_files: vec![],
         secret_dirs: vec![],
         secret_globs: vec![],
@@ -286,6 +291,9 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         if let Some(fs) = &f.filesystem {
             if let Some(a) = fs.project {
                 p.project = Sourced::new(a, src);
+            }
+            if let Some(h) = fs.handoff {
+                p.handoff = Sourced::new(h, src);
             }
             push_unique(&mut p.scratch, fs.scratch.as_deref().unwrap_or(&[]), src);
             push_unique(&mut p.read, fs.read.as_deref().unwrap_or(&[]), src);
@@ -448,6 +456,8 @@ pub struct Inputs {
 pub struct TrustContext<'a> {
     /// The project directory (canonical).
     pub project: &'a Path,
+    /// The caller's HOME (canonical), to expand `~/` in write roots.
+    pub home: &'a Path,
     /// Recorded trust.
     pub store: &'a crate::trust::TrustStore,
 }
@@ -475,23 +485,12 @@ fn load_layer(path: &Path, user: bool) -> Result<(Layer, Vec<u8>), PolicyError> 
     Ok((Layer { file, source }, bytes))
 }
 
-/// Resolve every layer into one policy, applying the trust handoff rule: a policy file that
-/// lies inside the project (or any root the sandbox may write) and whose SHA-256 has not been
-/// recorded with `vetto trust` may only narrow what the layers before it allow.
-pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, PolicyError> {
-    let mut file_layers = vec![];
-    if let Some(u) = &inputs.user_file {
-        file_layers.push(load_layer(u, true)?);
-    }
-    if let Some(pf) = &inputs.policy_file {
-        file_layers.push(load_layer(pf, false)?);
-    }
-    // Base profile: the flag wins, then the last file that names one.
-    let mut profile: Option<(String, String)> = inputs
-        .profile_flag
-        .clone()
-        .map(|p| (p, "flag --profile".to_string()));
-    for (l, _) in &file_layers {
+/// The base profile: the flag wins, then the first file that names one; two files naming
+/// different profiles conflict.
+fn choose_profile(flag: Option<&String>, files: &[&Layer]) -> Result<String, PolicyError> {
+    let mut profile: Option<(String, String)> =
+        flag.cloned().map(|p| (p, "flag --profile".to_string()));
+    for l in files {
         if let Some(named) = &l.file.profile {
             match &profile {
                 Some((base, origin)) if base != named && origin != "flag --profile" => {
@@ -506,52 +505,82 @@ pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, Poli
             }
         }
     }
-    let profile = profile.map_or_else(|| "default".to_string(), |(p, _)| p);
-    let base = Layer {
+    Ok(profile.map_or_else(|| "default".to_string(), |(p, _)| p))
+}
+
+/// The merged policy of the profile `files` choose, then `files`, then `flags`.
+fn merge_all(
+    flag: Option<&String>,
+    files: &[&Layer],
+    flags: &[Layer],
+) -> Result<Policy, PolicyError> {
+    let profile = choose_profile(flag, files)?;
+    let mut layers = vec![Layer {
         file: profiles::load(&profile)?,
         source: Source::Builtin(format!("profile \"{profile}\"")),
-    };
-
-    let mut layers = vec![base];
-    for (l, bytes) in file_layers {
-        let path = match &l.source {
-            Source::UserFile(p) | Source::PolicyFile(p) => p.clone(),
-            _ => PathBuf::new(),
-        };
-        let before = merge(&profile, &layers)?;
-        let writable = sandbox_writable(&path, trust.project, &before, &l);
-        layers.push(l);
-        if writable && !trust.store.is_trusted_content(&path, &bytes) {
-            let after = merge(&profile, &layers)?;
-            let w = widenings(&before, &after);
-            if !w.is_empty() {
-                return Err(PolicyError::UntrustedWidening { path, widenings: w });
-            }
-        }
-    }
-    layers.extend(inputs.flags.iter().cloned());
+    }];
+    layers.extend(files.iter().map(|l| (*l).clone()));
+    layers.extend(flags.iter().cloned());
     merge(&profile, &layers)
 }
 
-/// Could the sandbox have written this file? Inside the project, or inside a write root that
-/// the layers so far or the file itself declare.
-fn sandbox_writable(path: &Path, project: &Path, before: &Policy, layer: &Layer) -> bool {
-    if path.starts_with(project) {
-        return true;
+/// Resolve every layer into one policy, applying the trust handoff rule: a policy file the
+/// sandbox could write (inside the project, or inside any write root of the *final* policy,
+/// flags included) whose SHA-256 has not been recorded with `vetto trust` may only narrow.
+/// Widenings are judged on the final effective policy: with and without that file, every
+/// other layer (the flags that come after it included) in place.
+pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, PolicyError> {
+    let mut file_layers = vec![];
+    if let Some(u) = &inputs.user_file {
+        file_layers.push(load_layer(u, true)?);
     }
-    let own = layer
-        .file
-        .filesystem
-        .as_ref()
-        .and_then(|f| f.write.clone())
-        .unwrap_or_default();
-    before
-        .write
-        .iter()
-        .map(|s| s.value.clone())
-        .chain(own)
-        .filter_map(|w| std::path::Path::new(&w).canonicalize().ok())
-        .any(|w| path.starts_with(w))
+    if let Some(pf) = &inputs.policy_file {
+        file_layers.push(load_layer(pf, false)?);
+    }
+    let flag = inputs.profile_flag.as_ref();
+    let all: Vec<&Layer> = file_layers.iter().map(|(l, _)| l).collect();
+    let final_policy = merge_all(flag, &all, &inputs.flags)?;
+    let roots = writable_roots(&final_policy, trust)?;
+    for (i, (l, bytes)) in file_layers.iter().enumerate() {
+        let path = match &l.source {
+            Source::UserFile(p) | Source::PolicyFile(p) => p.clone(),
+            _ => continue,
+        };
+        if !roots.iter().any(|r| path.starts_with(r)) {
+            continue;
+        }
+        if trust.store.is_trusted_content(&path, bytes) {
+            continue;
+        }
+        let others: Vec<&Layer> = file_layers
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, (l, _))| l)
+            .collect();
+        let without = merge_all(flag, &others, &inputs.flags)?;
+        let w = widenings(&without, &final_policy);
+        if !w.is_empty() {
+            return Err(PolicyError::UntrustedWidening { path, widenings: w });
+        }
+    }
+    Ok(final_policy)
+}
+
+/// Every host root the sandbox of `policy` could write and that outlives it: the project and
+/// each write root, canonical. A write root that does not exist holds no policy file (and
+/// cannot be bound); one that cannot be resolved otherwise is an error.
+fn writable_roots(policy: &Policy, trust: &TrustContext<'_>) -> Result<Vec<PathBuf>, PolicyError> {
+    let mut roots = vec![trust.project.to_path_buf()];
+    for w in &policy.write {
+        let p = crate::policy::expand_path(&w.value, trust.home, trust.project)?;
+        match p.canonicalize() {
+            Ok(c) => roots.push(c),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(PolicyError::Read { path: p, source }),
+        }
+    }
+    Ok(roots)
 }
 
 fn added<T: PartialEq + fmt::Debug>(
@@ -602,6 +631,12 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
         &before.protected,
         &after.protected,
     ));
+    if after.handoff.value > before.handoff.value {
+        w.push(format!(
+            "changes filesystem.handoff from {} to {}",
+            before.handoff.value, after.handoff.value
+        ));
+    }
     w.extend(removed(
         "secrets.files",
         &before.secret_files,
@@ -785,7 +820,75 @@ mod tests {
             policy_file: Some(file.to_path_buf()),
             ..Default::default()
         };
-        resolve(&inputs, &TrustContext { project, store })
+        resolve(
+            &inputs,
+            &TrustContext {
+                project,
+                home: project,
+                store,
+            },
+        )
+    }
+
+    /// Widenings are judged on the final policy: a scratch entry matters once a later flag
+    /// sets write-no-delete.
+    #[test]
+    fn untrusted_scratch_cannot_cancel_a_later_write_no_delete_flag() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let proj = dir.path().canonicalize().expect("c");
+        let f = proj.join("vetto.toml");
+        std::fs::write(&f, "[filesystem]\nscratch = [\".\"]\n").expect("w");
+        let store = TrustStore::empty(dir.path().join("nowhere.json"));
+        let inputs = Inputs {
+            policy_file: Some(f.clone()),
+            flags: vec![layer(
+                "[filesystem]\nproject = \"write-no-delete\"\n",
+                Source::Flag("--project-access".into()),
+            )],
+            ..Default::default()
+        };
+        let ctx = TrustContext {
+            project: &proj,
+            home: &proj,
+            store: &store,
+        };
+        let e = resolve(&inputs, &ctx).expect_err("widening refused");
+        assert!(e.to_string().contains("filesystem.scratch"), "{e}");
+    }
+
+    /// A policy file inside a write root that only a flag gives is sandbox-writable too.
+    #[test]
+    fn policy_file_in_a_flag_write_root_may_not_widen() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let root = dir.path().canonicalize().expect("c");
+        let proj = root.join("proj");
+        let shared = root.join("shared");
+        std::fs::create_dir_all(&proj).expect("mk");
+        std::fs::create_dir_all(&shared).expect("mk");
+        let f = shared.join("vetto.toml");
+        std::fs::write(&f, "[secrets]\nextend = false\n").expect("w");
+        let store = TrustStore::empty(root.join("nowhere.json"));
+        let ctx = TrustContext {
+            project: &proj,
+            home: &root,
+            store: &store,
+        };
+        let with_flag = Inputs {
+            policy_file: Some(f.clone()),
+            flags: vec![layer(
+                &format!("[filesystem]\nwrite = [\"{}\"]\n", shared.display()),
+                Source::Flag("--allow-write".into()),
+            )],
+            ..Default::default()
+        };
+        let e = resolve(&with_flag, &ctx).expect_err("widening refused");
+        assert!(e.to_string().contains("secrets"), "{e}");
+        // Without the write root, the file is the operator's and may widen.
+        let plain = Inputs {
+            policy_file: Some(f),
+            ..Default::default()
+        };
+        resolve(&plain, &ctx).expect("outside every writable root");
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub const BUILTIN_SECRETS: BuiltinSecrets = BuiltinSecrets {
         "~/.npmrc",
         "~/.pypirc",
         "~/.git-credentials",
+        "~/.config/git/credentials",
         "~/.cargo/credentials",
         "~/.cargo/credentials.toml",
         "~/.config/hub",
@@ -80,6 +81,10 @@ pub struct SecretMatch {
     pub via: Option<PathBuf>,
     /// Where the pattern came from.
     pub source: Source,
+    /// `st_dev` of the resolved object when it was found (the init checks it before masking).
+    pub dev: u64,
+    /// `st_ino` of the resolved object when it was found.
+    pub ino: u64,
 }
 
 /// A file name, compared literally unless it has glob characters (building a glob matcher
@@ -149,16 +154,247 @@ pub fn scan(
     home: &Path,
     project: &Path,
 ) -> Result<Vec<SecretMatch>, TranslateError> {
+    Ok(scan_project(patterns, home, project, false)?.secrets)
+}
+
+/// What one walk of the project found.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    /// Secrets, sorted by path.
+    pub secrets: Vec<SecretMatch>,
+    /// Every `.git` entry (directory or gitlink file) in the project, the project's own
+    /// included; not descended into. Empty unless asked for.
+    pub git_entries: Vec<PathBuf>,
+}
+
+/// [`scan`], and in the same walk, when `find_git` is set, every `.git` entry of the project
+/// (repositories and submodules at any depth, except beneath [`SCAN_SKIP`] directories).
+///
+/// The walk is checked for consistency: every directory it listed is listed again afterwards
+/// and must still be the same inode with the same entries. Otherwise something renamed inside
+/// the project while it was walked (a second sandbox swapping directories with
+/// `RENAME_EXCHANGE` can hide a secret from a walk that reads `x` before and `y` after the
+/// swap); the walk is repeated, and after [`SCAN_ATTEMPTS`] the start is refused.
+pub fn scan_project(
+    patterns: &[&Sourced<String>],
+    home: &Path,
+    project: &Path,
+    find_git: bool,
+) -> Result<Scan, TranslateError> {
+    for _ in 0..SCAN_ATTEMPTS {
+        let mut visited = vec![];
+        let Some(scan) = scan_attempt(patterns, home, project, find_git, &mut visited)? else {
+            continue;
+        };
+        // A directory seen under two names was renamed during the walk (it may have hidden
+        // another one); so was one whose inode or entries differ now.
+        let mut inos: Vec<(u64, u64)> = visited.iter().map(|v| v.ino).collect();
+        inos.sort_unstable();
+        let distinct = inos.windows(2).all(|w| w[0] != w[1]);
+        if distinct && visited.iter().all(|v| v.unchanged()) {
+            return Ok(scan);
+        }
+    }
+    Err(TranslateError::SecretScan {
+        root: project.to_path_buf(),
+        reason: format!(
+            "the project changed while it was scanned, {SCAN_ATTEMPTS} times in a row \
+             (is something renaming inside it?); the masks cannot be placed reliably"
+        ),
+    })
+}
+
+/// Walks of a changing project before the start is refused.
+pub const SCAN_ATTEMPTS: usize = 3;
+
+/// One directory as the walk saw it.
+struct Visited {
+    path: PathBuf,
+    /// (device, inode).
+    ino: (u64, u64),
+    names: Vec<std::ffi::OsString>,
+}
+
+impl Visited {
+    fn unchanged(&self) -> bool {
+        Dir::open_path(&self.path)
+            .and_then(|d| Ok((d.ino, sorted_names(&d.entries()?))))
+            .is_ok_and(|(ino, names)| ino == self.ino && names == self.names)
+    }
+}
+
+fn sorted_names(entries: &[(std::ffi::OsString, bool)]) -> Vec<std::ffi::OsString> {
+    let mut n: Vec<_> = entries.iter().map(|(n, _)| n.clone()).collect();
+    n.sort();
+    n
+}
+
+/// A directory entry: (name, is a directory).
+type Entry = (std::ffi::OsString, bool);
+
+/// A directory open for reading, with its inode (`O_NOFOLLOW`: never through a symlink).
+struct Dir {
+    fd: std::os::fd::OwnedFd,
+    /// (device, inode).
+    ino: (u64, u64),
+}
+
+impl Dir {
+    fn from_fd(raw: libc::c_int) -> std::io::Result<Self> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        // SAFETY: fstat fills a zeroed struct we own; the descriptor is valid.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Dir {
+            fd,
+            ino: (st.st_dev, st.st_ino),
+        })
+    }
+
+    const FLAGS: libc::c_int =
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
+    fn open_path(p: &Path) -> std::io::Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a valid C string.
+        Self::from_fd(unsafe { libc::open(c.as_ptr(), Self::FLAGS) })
+    }
+
+    fn open_child(&self, name: &std::ffi::OsStr) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(name.as_bytes())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a valid directory descriptor and C string.
+        Self::from_fd(unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), Self::FLAGS) })
+    }
+
+    /// `fstatat` of an entry, not following a symlink.
+    fn stat_child(&self, name: &std::ffi::OsStr) -> std::io::Result<libc::stat> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(name.as_bytes())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: fstatat fills a zeroed struct we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid directory descriptor, C string and out pointer.
+        let r = unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+
+    /// (name, is a directory) of every entry but `.` and `..`, read through this descriptor.
+    fn entries(&self) -> std::io::Result<Vec<(std::ffi::OsString, bool)>> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: duplicating our own descriptor; fdopendir takes the duplicate.
+        let dup = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a directory descriptor we own; on success the DIR owns it.
+        let dirp = unsafe { libc::fdopendir(dup) };
+        if dirp.is_null() {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so the duplicate is still ours to close.
+            unsafe { libc::close(dup) };
+            return Err(e);
+        }
+        // SAFETY: rewind the shared offset: the duplicate shares it with `self.fd`.
+        unsafe { libc::rewinddir(dirp) };
+        let mut out = vec![];
+        let result = loop {
+            // SAFETY: errno is thread-local; reset so a NULL return can be told apart.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: dirp is a valid, open DIR.
+            let ent = unsafe { libc::readdir(dirp) };
+            if ent.is_null() {
+                let e = std::io::Error::last_os_error();
+                break if e.raw_os_error().unwrap_or(0) == 0 {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+            // SAFETY: readdir returned a valid entry whose d_name is NUL-terminated.
+            let (name, d_type) = unsafe {
+                (
+                    std::ffi::CStr::from_ptr((*ent).d_name.as_ptr())
+                        .to_bytes()
+                        .to_vec(),
+                    (*ent).d_type,
+                )
+            };
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let is_dir = match d_type {
+                libc::DT_DIR => true,
+                libc::DT_UNKNOWN => {
+                    let c = std::ffi::CString::new(name.clone()).unwrap_or_default();
+                    // SAFETY: fstatat fills a zeroed struct we own.
+                    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                    // SAFETY: a valid directory descriptor, C string and out pointer.
+                    let r = unsafe {
+                        libc::fstatat(
+                            self.fd.as_raw_fd(),
+                            c.as_ptr(),
+                            &mut st,
+                            libc::AT_SYMLINK_NOFOLLOW,
+                        )
+                    };
+                    r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                }
+                _ => false,
+            };
+            out.push((std::ffi::OsStr::from_bytes(&name).to_os_string(), is_dir));
+        };
+        // SAFETY: closing the DIR we opened (and the duplicate it owns).
+        unsafe { libc::closedir(dirp) };
+        result.map(|()| out)
+    }
+}
+
+fn scan_attempt(
+    patterns: &[&Sourced<String>],
+    home: &Path,
+    project: &Path,
+    find_git: bool,
+    visited: &mut Vec<Visited>,
+) -> Result<Option<Scan>, TranslateError> {
+    let mut git_entries = vec![];
     let mut compiled = vec![];
     for p in patterns {
         compiled.push((compile(&p.value, home, project)?, *p));
     }
     let mut found: Vec<SecretMatch> = vec![];
+    let mut push = |m: SecretMatch| {
+        if !found.iter().any(|f| f.path == m.path) {
+            found.push(m);
+        }
+    };
     let mut add = |path: &Path, pat: &Sourced<String>| -> Result<(), TranslateError> {
         if let Some(m) = resolve_match(path, pat)? {
-            if !found.iter().any(|f| f.path == m.path) {
-                found.push(m);
-            }
+            push(m);
         }
         Ok(())
     };
@@ -188,47 +424,111 @@ pub fn scan(
             }
         }
     }
-    if !names.is_empty() {
+    // Set when an entry listed a moment ago is gone: the walk must be repeated.
+    let mut changed = false;
+    let mut found_here: Vec<SecretMatch> = vec![];
+    if !names.is_empty() || find_git {
         let mut budget = SCAN_BUDGET;
-        let mut stack = vec![project.to_path_buf()];
-        while let Some(dir) = stack.pop() {
-            let rd = std::fs::read_dir(&dir).map_err(|e| TranslateError::SecretScan {
-                root: dir.clone(),
-                reason: e.to_string(),
-            })?;
-            for e in rd {
-                let e = e.map_err(|e| TranslateError::SecretScan {
-                    root: dir.clone(),
-                    reason: e.to_string(),
-                })?;
-                budget = budget
-                    .checked_sub(1)
-                    .ok_or_else(|| TranslateError::SecretScan {
-                        root: project.to_path_buf(),
-                        reason: format!(
+        let err = |root: &Path, e: std::io::Error| TranslateError::SecretScan {
+            root: root.to_path_buf(),
+            reason: e.to_string(),
+        };
+        let root = Dir::open_path(project).map_err(|e| err(project, e))?;
+        // Depth first, holding one descriptor per level: each directory is opened relative to
+        // the descriptor of the one it was listed in, never by a path that a rename could
+        // redirect, and its inode is recorded with the entries read from that descriptor.
+        let mut stack: Vec<(PathBuf, Dir, std::vec::IntoIter<Entry>)> = vec![];
+        let listed = root.entries().map_err(|e| err(project, e))?;
+        visited.push(Visited {
+            path: project.to_path_buf(),
+            ino: root.ino,
+            names: sorted_names(&listed),
+        });
+        stack.push((project.to_path_buf(), root, listed.into_iter()));
+        while let Some((dir, fd, it)) = stack.last_mut() {
+            let Some((name, is_dir)) = it.next() else {
+                stack.pop();
+                continue;
+            };
+            budget = budget
+                .checked_sub(1)
+                .ok_or_else(|| TranslateError::SecretScan {
+                    root: project.to_path_buf(),
+                    reason: format!(
                         "more than {SCAN_BUDGET} entries; name the secrets with anchored paths \
                          (e.g. `config/.env`) or narrow the project"
                     ),
-                    })?;
-                let name = e.file_name();
-                let ft = e.file_type().map_err(|err| TranslateError::SecretScan {
-                    root: e.path(),
-                    reason: err.to_string(),
                 })?;
-                if let Some((_, s)) = names.iter().find(|(g, _)| g.is_match(&name)) {
-                    add(&e.path(), s)?;
-                    if ft.is_dir() {
+            let path = dir.join(&name);
+            if find_git && name == ".git" {
+                git_entries.push(path.clone());
+            }
+            if let Some((_, s)) = names.iter().find(|(g, _)| g.is_match(&name)) {
+                // Judged through the directory's descriptor: a path lookup now could land in
+                // another directory that a rename put at this path.
+                match fd.stat_child(&name) {
+                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => add(&path, s)?,
+                    Ok(st) => {
+                        let kind = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                            MaskKind::Dir
+                        } else {
+                            MaskKind::File
+                        };
+                        found_here.push(SecretMatch {
+                            path: path.clone(),
+                            kind,
+                            pattern: s.value.clone(),
+                            via: None,
+                            source: s.source.clone(),
+                            dev: st.st_dev,
+                            ino: st.st_ino,
+                        });
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => changed = true,
+                    Err(e) => return Err(err(&path, e)),
+                }
+                if is_dir {
+                    continue;
+                }
+            }
+            if is_dir && !SCAN_SKIP.iter().any(|s| name == *s) {
+                let child = match fd.open_child(&name) {
+                    Ok(c) => c,
+                    // Gone or replaced by a non-directory since it was listed: the listing
+                    // check below sees the change and the walk is repeated.
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+                        ) =>
+                    {
+                        changed = true;
                         continue;
                     }
-                }
-                if ft.is_dir() && !SCAN_SKIP.iter().any(|s| name == *s) {
-                    stack.push(e.path());
-                }
+                    Err(e) => return Err(err(&path, e)),
+                };
+                let listed = child.entries().map_err(|e| err(&path, e))?;
+                visited.push(Visited {
+                    path: path.clone(),
+                    ino: child.ino,
+                    names: sorted_names(&listed),
+                });
+                stack.push((path, child, listed.into_iter()));
             }
         }
     }
+    if changed {
+        return Ok(None);
+    }
+    for m in found_here {
+        push(m);
+    }
     found.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(found)
+    git_entries.sort();
+    Ok(Some(Scan {
+        secrets: found,
+        git_entries,
+    }))
 }
 
 fn resolve_match(
@@ -253,6 +553,8 @@ fn resolve_match(
         MaskKind::File
     };
     Ok(Some(SecretMatch {
+        dev: std::os::unix::fs::MetadataExt::dev(&meta),
+        ino: std::os::unix::fs::MetadataExt::ino(&meta),
         via: (is_link || resolved != path).then(|| path.to_path_buf()),
         path: resolved,
         kind,

@@ -12,11 +12,11 @@ use serde_json::{json, Value};
 use crate::error::TranslateError;
 use crate::host::HostFacts;
 use crate::plan::{
-    default_seccomp, BrokerPlan, FsAccess, Identity, LandlockPlan, LandlockRule, Listener,
-    ListenerRole, NetPlan, Plan, HTTP_PROXY_PORT, SOCKS_PORT,
+    default_seccomp, BrokerPlan, FsAccess, Identity, InitMount, InitMountKind, LandlockPlan,
+    LandlockRule, Listener, ListenerRole, NetPlan, Plan, HTTP_PROXY_PORT, SOCKS_PORT,
 };
-use crate::policy::{expand_path, NetworkMode, ProjectAccess};
-use crate::resolve::{Policy, Source, Sourced};
+use crate::policy::{expand_path, HandoffAction, NetworkMode, ProjectAccess};
+use crate::resolve::{Policy, Source};
 use crate::secrets::{MaskKind, SecretMatch};
 
 /// Environment variables passed from the caller by default (exact names).
@@ -44,8 +44,23 @@ pub const BUILTIN_ENV: &[&str] = &[
     "LINES",
 ];
 
-/// Prefixes passed by default (`LC_*`).
-pub const BUILTIN_ENV_PREFIXES: &[&str] = &["LC_"];
+/// The locale categories (`locale(7)`): passed by default. Other `LC_*` names are not locale
+/// settings and may carry anything (`LC_DB_PASS`); they pass only when named.
+pub const LOCALE_ENV: &[&str] = &[
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_NUMERIC",
+    "LC_TIME",
+    "LC_COLLATE",
+    "LC_MONETARY",
+    "LC_MESSAGES",
+    "LC_PAPER",
+    "LC_NAME",
+    "LC_ADDRESS",
+    "LC_TELEPHONE",
+    "LC_MEASUREMENT",
+    "LC_IDENTIFICATION",
+];
 
 /// Names that never pass unless named exactly in `pass_through`.
 pub fn never_passes(name: &str) -> bool {
@@ -86,10 +101,19 @@ pub struct Translation {
     pub rootfs_links: Vec<(PathBuf, String)>,
     /// Every item with its origin.
     pub explain: Vec<ExplainItem>,
+    /// Protected paths that were absent: host tools load them, so the supervisor reports (and
+    /// with `filesystem.handoff = "remove"` removes) any the sandbox created.
+    pub handoff_watch: Vec<PathBuf>,
+    /// What to do with them.
+    pub handoff: HandoffAction,
 }
 
 struct Builder {
     mounts: Vec<(PathBuf, Value, usize)>,
+    /// Every bind as (canonical source on the host, destination inside).
+    binds: Vec<(PathBuf, PathBuf)>,
+    /// Mounts the init makes through descriptors (masks, protections).
+    init_mounts: Vec<InitMount>,
     rules: Vec<LandlockRule>,
     explain: Vec<ExplainItem>,
     seq: usize,
@@ -117,12 +141,35 @@ impl Builder {
     }
 
     fn bind(&mut self, path: &Path, writable: bool) {
+        self.bind_from(path, path, writable);
+    }
+
+    /// Bind the host's `src` (canonical) at `dest` inside.
+    fn bind_from(&mut self, src: &Path, dest: &Path, writable: bool) {
         let mut opts = vec!["rbind", "nosuid", "nodev"];
         opts.push(if writable { "rw" } else { "ro" });
         self.mount(
-            path,
-            json!({"destination": path, "type": "bind", "source": path, "options": opts}),
+            dest,
+            json!({"destination": dest, "type": "bind", "source": src, "options": opts}),
         );
+        self.binds.push((src.to_path_buf(), dest.to_path_buf()));
+    }
+
+    /// An init mount on the existing object at `path` (inside = on the host).
+    fn init_mount(&mut self, path: &Path, kind: InitMountKind, id: (u64, u64)) {
+        if self
+            .init_mounts
+            .iter()
+            .any(|m| m.path == path && m.kind == kind)
+        {
+            return;
+        }
+        self.init_mounts.push(InitMount {
+            path: path.to_path_buf(),
+            kind,
+            dev: id.0,
+            ino: id.1,
+        });
     }
 
     fn tmpfs(&mut self, path: &Path, opts: &[&str]) {
@@ -140,6 +187,13 @@ impl Builder {
             optional,
         });
     }
+}
+
+/// (device, inode) of the object at `p`, not following a final symlink.
+fn file_id(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = p.symlink_metadata().ok()?;
+    (!m.file_type().is_symlink()).then(|| (m.dev(), m.ino()))
 }
 
 fn path_err(key: &str, path: &str, reason: impl ToString) -> TranslateError {
@@ -354,11 +408,16 @@ pub fn translate(
     .collect();
     let mut b = Builder {
         mounts: vec![],
+        binds: vec![],
+        init_mounts: vec![],
         rules: vec![],
         explain: vec![],
         seq: 0,
     };
     let mut links = vec![];
+    // Host paths the sandbox can write and that outlive it: the project (unless read-only)
+    // and the write roots.
+    let mut writable_roots: Vec<PathBuf> = vec![];
 
     // System directories, read-only.
     for d in &facts.system_dirs {
@@ -455,7 +514,10 @@ pub fn translate(
         }
     }
     for dot in &facts.home_dotfiles {
-        b.bind(dot, false);
+        // A dotfile may be a symlink (`~/.cargo -> /data/cargo`): the bind shows its target at
+        // the link's path, and masks follow that mapping (below).
+        let src = dot.canonicalize().unwrap_or_else(|_| dot.clone());
+        b.bind_from(&src, dot, false);
         b.rule(dot, FsAccess::ReadExec, false);
         b.note(
             "mount",
@@ -475,6 +537,9 @@ pub fn translate(
             let p = resolve_existing(key, &r.value, facts)?;
             check_root(key, &r.value, &p, writable, facts)?;
             b.bind(&p, writable);
+            if writable {
+                writable_roots.push(p.clone());
+            }
             let access = match writable {
                 false => FsAccess::ReadExec,
                 // Landlock rights add up down the tree: a write root that contains a
@@ -505,6 +570,9 @@ pub fn translate(
         ),
     };
     b.bind(&facts.project, project_access != ProjectAccess::Read);
+    if project_access != ProjectAccess::Read {
+        writable_roots.push(facts.project.clone());
+    }
     b.rule(&facts.project, proj_access, false);
     b.note(
         "mount",
@@ -533,134 +601,194 @@ pub fn translate(
             }
         }
     }
-    // Protected paths and policy files inside the project.
-    if project_access != ProjectAccess::Read {
-        let mut protected: Vec<Sourced<String>> = policy.protected.clone();
-        for f in &policy.files {
-            if let Ok(rel) = f.strip_prefix(&facts.project) {
-                protected.push(Sourced {
-                    value: rel.to_string_lossy().into_owned(),
-                    source: Source::Builtin("policy file".into()),
-                });
+    // Protected paths: read-only binds over what the sandbox could otherwise write, made by
+    // the init on the exact objects found here (see `InitMount`). Every directory between the
+    // writable root and the protected path is pinned as a mount point of its own: a mount
+    // point cannot be renamed or removed, so `mv .git .git.old` cannot carry a protection away.
+    let protect = |b: &mut Builder, p: &Path, why: &str, source: &dyn std::fmt::Display| {
+        let Some(root) = writable_roots.iter().find(|r| p.starts_with(r)) else {
+            return;
+        };
+        let Some(id) = file_id(p) else {
+            b.note(
+                "protected",
+                p.display(),
+                "absent: nothing to protect now",
+                source,
+            );
+            return;
+        };
+        let rel: Vec<_> = p
+            .strip_prefix(root)
+            .map(|r| r.components().collect())
+            .unwrap_or_default();
+        let mut anc = root.clone();
+        for c in rel.iter().take(rel.len().saturating_sub(1)) {
+            anc.push(c);
+            if let Some(aid) = file_id(&anc) {
+                if !b.init_mounts.iter().any(|m| m.path == anc) {
+                    b.note(
+                        "protected",
+                        anc.display(),
+                        "pinned as a mount point so it cannot be renamed or removed",
+                        source,
+                    );
+                }
+                b.init_mount(&anc, InitMountKind::Pin, aid);
             }
         }
-        let mut pinned: Vec<PathBuf> = vec![];
-        for pr in &protected {
+        b.init_mount(p, InitMountKind::ReadOnly, id);
+        b.note("protected", p.display(), why, source);
+    };
+    // Repository metadata, located the way git locates it (gitlink files, commondir), in
+    // every repository and submodule the scan found.
+    let git_src = Source::Builtin("git metadata".into());
+    for g in &facts.git_metadata {
+        protect(
+            &mut b,
+            g,
+            "git metadata, read-only (configuration, hooks and the files that point git elsewhere cannot be planted)",
+            &git_src,
+        );
+    }
+    // Every policy file this session read, and vetto's own configuration (trust store), if
+    // the sandbox could write them.
+    for f in &policy.files {
+        protect(
+            &mut b,
+            f,
+            "policy file, read-only",
+            &Source::Builtin("policy file".into()),
+        );
+    }
+    for h in &facts.host_private {
+        protect(
+            &mut b,
+            h,
+            "vetto's configuration and trust store, read-only",
+            &Source::Builtin("vetto configuration".into()),
+        );
+    }
+    let mut handoff_watch: Vec<PathBuf> = vec![];
+    if project_access != ProjectAccess::Read {
+        for pr in &policy.protected {
             match resolve_in_project("filesystem.protected", &pr.value, facts)? {
-                Some(p) => {
-                    // Every directory between the project and the protected path becomes a
-                    // mountpoint of its own: a mountpoint cannot be renamed or removed, so
-                    // `mv .git .git.old` cannot carry the read-only bind away.
-                    let rel: Vec<_> = p
-                        .strip_prefix(&facts.project)
-                        .map(|r| r.components().collect())
-                        .unwrap_or_default();
-                    let mut anc = facts.project.clone();
-                    for c in rel.iter().take(rel.len().saturating_sub(1)) {
-                        anc.push(c);
-                        if !pinned.contains(&anc) {
-                            pinned.push(anc.clone());
-                            b.bind(&anc, true);
-                            b.note(
-                                "protected",
-                                anc.display(),
-                                "pinned as a mountpoint so it cannot be renamed or removed",
-                                &pr.source,
-                            );
-                        }
-                    }
-                    b.bind(&p, false);
+                Some(p) => protect(
+                    &mut b,
+                    &p,
+                    "read-only bind over the writable project",
+                    &pr.source,
+                ),
+                None => {
+                    let p = facts.project.join(&pr.value);
                     b.note(
                         "protected",
                         p.display(),
-                        "read-only bind over the writable project",
+                        format!(
+                            "absent: if the sandbox creates it, vetto reports it at the end ({})",
+                            match policy.handoff.value {
+                                HandoffAction::Warn => "and leaves it",
+                                HandoffAction::Remove => "and removes it",
+                            }
+                        ),
                         &pr.source,
                     );
+                    handoff_watch.push(p);
                 }
-                None => b.note(
-                    "protected",
-                    facts.project.join(&pr.value).display(),
-                    "absent: nothing to protect now (created later it is writable)",
-                    &pr.source,
-                ),
             }
         }
     }
-    // Secret masks: the resolved paths, if visible in the sandbox (under a bound root or HOME).
-    let visible_roots: Vec<PathBuf> = b
-        .mounts
-        .iter()
-        .filter(|(_, m, _)| m["type"] == "bind")
-        .map(|(d, _, _)| d.clone())
-        .chain(std::iter::once(facts.home.clone()))
-        .collect();
-    let masked_dirs: Vec<&Path> = secrets
-        .iter()
-        .filter(|s| s.kind == MaskKind::Dir)
-        .map(|s| s.path.as_path())
-        .collect();
+    // Secret masks: each secret, at every place a bind shows it (a bind's destination may
+    // differ from its source: `~/.cargo -> /data/cargo`).
+    let mut mask_targets: Vec<(PathBuf, MaskKind, &SecretMatch)> = vec![];
     for s in secrets {
-        let via = s
-            .via
-            .as_ref()
-            .map(|v| format!(" (reached through symlink {})", v.display()))
-            .unwrap_or_default();
-        if !visible_roots.iter().any(|r| s.path.starts_with(r)) {
+        for (src, dest) in &b.binds {
+            if let Ok(rel) = s.path.strip_prefix(src) {
+                let t = if rel.as_os_str().is_empty() {
+                    dest.clone()
+                } else {
+                    dest.join(rel)
+                };
+                if !mask_targets.iter().any(|(p, _, _)| *p == t) {
+                    mask_targets.push((t, s.kind, s));
+                }
+            }
+        }
+    }
+    mask_targets.sort_by(|a, b| a.0.cmp(&b.0));
+    for s in secrets {
+        if !mask_targets.iter().any(|(_, _, m)| std::ptr::eq(*m, s)) {
+            let via = s
+                .via
+                .as_ref()
+                .map(|v| format!(" (reached through symlink {})", v.display()))
+                .unwrap_or_default();
             b.note(
                 "mask",
                 s.path.display(),
                 format!("not visible in the sandbox, nothing to mask{via}"),
                 &s.source,
             );
-            continue;
         }
-        if masked_dirs
-            .iter()
-            .any(|d| s.path != *d && s.path.starts_with(d))
-        {
+    }
+    let masked_dirs: Vec<PathBuf> = mask_targets
+        .iter()
+        .filter(|(_, k, _)| *k == MaskKind::Dir)
+        .map(|(p, _, _)| p.clone())
+        .collect();
+    for (t, kind, s) in &mask_targets {
+        let via = s
+            .via
+            .as_ref()
+            .map(|v| format!(" (reached through symlink {})", v.display()))
+            .unwrap_or_default();
+        let shown = if *t == s.path {
+            String::new()
+        } else {
+            format!(" (the host's {})", s.path.display())
+        };
+        if masked_dirs.iter().any(|d| t != d && t.starts_with(d)) {
             b.note(
                 "mask",
-                s.path.display(),
+                t.display(),
                 format!("inside a masked directory{via}"),
                 &s.source,
             );
             continue;
         }
-        match s.kind {
-            MaskKind::File => {
-                b.mount(&s.path, json!({"destination": s.path, "type": "bind", "source": "/dev/null", "options": ["bind", "ro", "nosuid", "noexec"]}));
-                b.note(
-                    "mask",
-                    s.path.display(),
-                    format!("/dev/null bound over it (pattern `{}`){via}", s.pattern),
-                    &s.source,
-                );
-            }
-            MaskKind::Dir => {
-                b.tmpfs(
-                    &s.path,
-                    &[
-                        "ro",
-                        "nosuid",
-                        "nodev",
-                        "noexec",
-                        "mode=000",
-                        "size=4k",
-                        "nr_inodes=1",
-                    ],
-                );
-                b.note(
-                    "mask",
-                    s.path.display(),
-                    format!(
-                        "empty mode-000 read-only tmpfs over it (pattern `{}`){via}",
-                        s.pattern
-                    ),
-                    &s.source,
-                );
-            }
-        }
+        let (k, what) = match kind {
+            MaskKind::File => (InitMountKind::MaskFile, "/dev/null bound over it"),
+            MaskKind::Dir => (
+                InitMountKind::MaskDir,
+                "empty mode-000 read-only tmpfs over it",
+            ),
+        };
+        b.init_mount(t, k, (s.dev, s.ino));
+        b.note(
+            "mask",
+            t.display(),
+            format!("{what} (pattern `{}`){shown}{via}", s.pattern),
+            &s.source,
+        );
     }
+    // The init's mounts: parents first; at one path pin, then read-only, then mask. A pin
+    // or protection beneath a read-only path is already read-only.
+    let ro: Vec<PathBuf> = b
+        .init_mounts
+        .iter()
+        .filter(|m| m.kind == InitMountKind::ReadOnly)
+        .map(|m| m.path.clone())
+        .collect();
+    b.init_mounts.retain(|m| match m.kind {
+        InitMountKind::Pin | InitMountKind::ReadOnly => !ro.iter().any(|r| {
+            (m.path != *r && m.path.starts_with(r))
+                || (m.kind == InitMountKind::Pin && m.path == *r)
+        }),
+        _ => true,
+    });
+    b.init_mounts.sort_by(|x, y| {
+        (x.path.components().count(), x.kind).cmp(&(y.path.components().count(), y.kind))
+    });
     // Parents before children; for one destination, the order written (masks last).
     b.mounts
         .sort_by_key(|(d, _, seq)| (d.components().count(), *seq));
@@ -683,8 +811,7 @@ pub fn translate(
         if let Some(p) = exact {
             env.insert(k.clone(), v.clone());
             b.note("env", k, "passed through (explicit)", &p.source);
-        } else if (BUILTIN_ENV.contains(&k.as_str())
-            || BUILTIN_ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+        } else if (BUILTIN_ENV.contains(&k.as_str()) || LOCALE_ENV.contains(&k.as_str()))
             && !never_passes(k)
         {
             env.insert(k.clone(), v.clone());
@@ -800,6 +927,22 @@ pub fn translate(
             Source::Builtin("seccomp deny-list".into()),
         );
     }
+    for r in &seccomp.deny_args {
+        b.note(
+            "seccomp",
+            &r.syscall,
+            format!("EPERM with {}", r.why),
+            Source::Builtin("seccomp deny-list".into()),
+        );
+    }
+    for r in &seccomp.deny_errno {
+        b.note(
+            "seccomp",
+            &r.syscall,
+            format!("errno {}: {}", r.errno, r.why),
+            Source::Builtin("seccomp deny-list".into()),
+        );
+    }
     b.note(
         "seccomp",
         "x32 ABI and foreign architectures",
@@ -892,7 +1035,10 @@ pub fn translate(
         &policy.approvals.source,
     );
 
+    // Held by the init only: CAP_SYS_ADMIN (of the sandbox's user namespace) for the masks
+    // and protections it mounts; all are dropped before the command runs.
     let caps = [
+        "CAP_SYS_ADMIN",
         "CAP_NET_ADMIN",
         "CAP_SETPCAP",
         "CAP_SETUID",
@@ -938,6 +1084,7 @@ pub fn translate(
 
     let plan = Plan {
         version: 1,
+        mounts: b.init_mounts.clone(),
         landlock: LandlockPlan {
             rules: b.rules.clone(),
             min_abi: 1,
@@ -965,5 +1112,7 @@ pub fn translate(
         plan,
         rootfs_links: links,
         explain: b.explain,
+        handoff_watch,
+        handoff: policy.handoff.value,
     })
 }

@@ -62,6 +62,7 @@ fn facts() -> HostFacts {
         ],
         home_dotfiles: vec![home.join(".gitconfig"), home.join(".cargo")],
         host_private: vec![home.join(".config/vetto")],
+        git_metadata: vec![],
     }
 }
 
@@ -74,6 +75,8 @@ fn secrets(f: &HostFacts) -> Vec<SecretMatch> {
             pattern: "~/.cargo/credentials.toml".into(),
             via: None,
             source: src.clone(),
+            dev: 0,
+            ino: 0,
         },
         SecretMatch {
             path: f.home.join(".ssh"),
@@ -81,6 +84,8 @@ fn secrets(f: &HostFacts) -> Vec<SecretMatch> {
             pattern: "~/.ssh".into(),
             via: None,
             source: src.clone(),
+            dev: 0,
+            ino: 0,
         },
         SecretMatch {
             path: f.home.join(".ssh/id_ed25519"),
@@ -88,6 +93,8 @@ fn secrets(f: &HostFacts) -> Vec<SecretMatch> {
             pattern: ".env".into(),
             via: Some(f.project.join("api/.env")),
             source: src.clone(),
+            dev: 0,
+            ino: 0,
         },
         SecretMatch {
             path: f.project.join(".env"),
@@ -95,6 +102,8 @@ fn secrets(f: &HostFacts) -> Vec<SecretMatch> {
             pattern: ".env".into(),
             via: None,
             source: src.clone(),
+            dev: 0,
+            ino: 0,
         },
         SecretMatch {
             path: "/etc/shadow".into(),
@@ -102,6 +111,8 @@ fn secrets(f: &HostFacts) -> Vec<SecretMatch> {
             pattern: "/etc/shadow".into(),
             via: None,
             source: src.clone(),
+            dev: 0,
+            ino: 0,
         },
         SecretMatch {
             path: "/srv/elsewhere/.env".into(),
@@ -109,6 +120,8 @@ fn secrets(f: &HostFacts) -> Vec<SecretMatch> {
             pattern: ".env".into(),
             via: None,
             source: src,
+            dev: 0,
+            ino: 0,
         },
     ]
 }
@@ -180,26 +193,42 @@ fn golden(profile: &str) {
     );
     assert!(env.contains(&format!("HOME={ROOT}/home/dev")), "{env:?}");
     let mounts = t.spec.mounts().clone().unwrap_or_default();
-    let dest = |p: &str| {
+    // Masks are made by the init through descriptors, not by config.json.
+    assert!(
         mounts
             .iter()
-            .filter(|m| m.destination() == Path::new(p))
+            .all(|m| m.source().as_deref() != Some(Path::new("/dev/null"))),
+        "no path-based mask in config.json"
+    );
+    let init = |p: &str| {
+        t.plan
+            .mounts
+            .iter()
+            .filter(|m| m.path == Path::new(p))
             .count()
     };
     assert_eq!(
-        dest(&format!("{ROOT}/home/dev/proj/.env")),
+        init(&format!("{ROOT}/home/dev/proj/.env")),
         1,
         ".env masked once"
     );
-    assert_eq!(dest("/etc/shadow"), 1, "/etc/shadow masked");
-    assert_eq!(dest(&format!("{ROOT}/home/dev/.ssh")), 1, "~/.ssh masked");
+    assert_eq!(init("/etc/shadow"), 1, "/etc/shadow masked");
     assert_eq!(
-        dest(&format!("{ROOT}/home/dev/.ssh/id_ed25519")),
-        0,
-        "inside a masked dir: no second mask"
+        init(&format!("{ROOT}/home/dev/.cargo/credentials.toml")),
+        1,
+        "masked inside the read-only ~/.cargo bind"
     );
-    assert_eq!(dest("/srv/elsewhere/.env"), 0, "not visible: not masked");
-    // Parents are mounted before children.
+    // HOME is an empty tmpfs: ~/.ssh is not there to mask.
+    assert_eq!(init(&format!("{ROOT}/home/dev/.ssh")), 0);
+    assert_eq!(init("/srv/elsewhere/.env"), 0, "not visible: not masked");
+    // The init's mounts: parents before children.
+    let depths: Vec<usize> = t
+        .plan
+        .mounts
+        .iter()
+        .map(|m| m.path.components().count())
+        .collect();
+    assert!(depths.windows(2).all(|w| w[0] <= w[1]), "{depths:?}");
     let pos = |p: &str| {
         mounts
             .iter()
@@ -207,11 +236,6 @@ fn golden(profile: &str) {
             .expect(p)
     };
     assert!(pos(&format!("{ROOT}/home/dev")) < pos(&format!("{ROOT}/home/dev/proj")));
-    assert!(pos(&format!("{ROOT}/home/dev/proj")) < pos(&format!("{ROOT}/home/dev/proj/.env")));
-    assert!(
-        pos(&format!("{ROOT}/home/dev/.cargo"))
-            < pos(&format!("{ROOT}/home/dev/.cargo/credentials.toml"))
-    );
 }
 
 #[test]
@@ -336,4 +360,105 @@ fn run_dir_roots_are_refused() {
         e.to_string().contains("cannot be opened to the sandbox"),
         "{e}"
     );
+}
+
+/// A real HOME and project on disk (the facts point at them).
+fn disk_facts(t: &Path) -> HostFacts {
+    let mut f = facts();
+    f.home = t.join("home");
+    f.project = t.join("home/proj");
+    f.cwd = f.project.clone();
+    f.home_dotfiles = vec![f.home.join(".cargo")];
+    f.host_private = vec![f.home.join(".config/vetto")];
+    std::fs::create_dir_all(&f.project).expect("mk");
+    f
+}
+
+fn scan_for(policy: &Policy, f: &HostFacts) -> Vec<vetto_bundle::secrets::SecretMatch> {
+    vetto_bundle::secrets::scan(&policy.secret_patterns(), &f.home, &f.project).expect("scan")
+}
+
+#[test]
+fn masks_follow_a_symlinked_toolchain_home() {
+    let t = tempfile::tempdir().expect("tmp");
+    let t = t.path().canonicalize().expect("c");
+    let f = disk_facts(&t);
+    std::fs::create_dir_all(t.join("data/cargo")).expect("mk");
+    std::fs::write(t.join("data/cargo/credentials.toml"), "token").expect("w");
+    std::os::unix::fs::symlink(t.join("data/cargo"), f.home.join(".cargo")).expect("ln");
+    let policy = default_with("");
+    let found = scan_for(&policy, &f);
+    let tr = translate(&policy, &f, &found, "x").expect("translate");
+    // Bound at the link, from its target; masked at the link's path, on the target's inode.
+    let m = tr
+        .plan
+        .mounts
+        .iter()
+        .find(|m| m.path == f.home.join(".cargo/credentials.toml"))
+        .expect("mask at the bind's destination");
+    let meta = std::fs::metadata(t.join("data/cargo/credentials.toml")).expect("meta");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((m.dev, m.ino), (meta.dev(), meta.ino()));
+    let spec = serde_json::to_value(&tr.spec).expect("json");
+    assert!(spec["mounts"]
+        .as_array()
+        .expect("m")
+        .iter()
+        .any(
+            |m| m["destination"] == serde_json::json!(f.home.join(".cargo"))
+                && m["source"] == serde_json::json!(t.join("data/cargo"))
+        ));
+}
+
+#[test]
+fn git_metadata_policy_files_and_vetto_config_are_read_only() {
+    use vetto_bundle::plan::InitMountKind;
+    let t = tempfile::tempdir().expect("tmp");
+    let t = t.path().canonicalize().expect("c");
+    let mut f = disk_facts(&t);
+    // The project is HOME's subdirectory; a write root covers another repository whose
+    // metadata is a gitlink into a separate git directory, and holds a policy file.
+    std::fs::create_dir_all(f.project.join(".git/hooks")).expect("mk");
+    std::fs::create_dir_all(t.join("w/repo")).expect("mk");
+    std::fs::create_dir_all(t.join("w/gitdirs/repo")).expect("mk");
+    std::fs::write(
+        t.join("w/repo/.git"),
+        format!("gitdir: {}\n", t.join("w/gitdirs/repo").display()),
+    )
+    .expect("w");
+    std::fs::write(t.join("w/policy.toml"), "").expect("w");
+    f.git_metadata = [f.project.join(".git"), t.join("w/repo/.git")]
+        .iter()
+        .flat_map(|g| vetto_bundle::gitmeta::metadata_paths(g))
+        .collect();
+    let mut policy = default_with(&format!(
+        "[filesystem]\nwrite = [\"{}\"]\n",
+        t.join("w").display()
+    ));
+    policy.files.push(t.join("w/policy.toml"));
+    let tr = translate(&policy, &f, &[], "x").expect("translate");
+    let ro = |p: &Path| {
+        tr.plan
+            .mounts
+            .iter()
+            .any(|m| m.path == p && m.kind == InitMountKind::ReadOnly)
+    };
+    assert!(ro(&f.project.join(".git")), "{:?}", tr.plan.mounts);
+    assert!(ro(&t.join("w/repo/.git")));
+    assert!(ro(&t.join("w/gitdirs/repo")));
+    assert!(ro(&t.join("w/policy.toml")));
+    // Nothing beneath a read-only .git is protected again.
+    assert!(!tr
+        .plan
+        .mounts
+        .iter()
+        .any(|m| m.path.starts_with(f.project.join(".git")) && m.path != f.project.join(".git")));
+    // Pinned: the directories between a write root and what it protects.
+    assert!(tr
+        .plan
+        .mounts
+        .iter()
+        .any(|m| m.path == t.join("w/gitdirs") && m.kind == InitMountKind::Pin));
+    // Absent protected paths are watched for creation.
+    assert!(tr.handoff_watch.contains(&f.project.join(".mcp.json")));
 }

@@ -1,7 +1,8 @@
 //! The sandbox's PID 1: apply the plan, then fork the command and stay behind to reap,
 //! forward signals, and kill every descendant when the command ends.
 //!
-//! Order matters and is fixed here: `lo` up (needs CAP_NET_ADMIN) → identity switch (needs
+//! Order matters and is fixed here: masks and protections mounted through descriptors (needs
+//! CAP_SYS_ADMIN of the sandbox's user namespace) → `lo` up (needs CAP_NET_ADMIN) → identity switch (needs
 //! CAP_SETFCAP) → no_new_privs → Landlock → capabilities dropped →
 //! non-dumpable → PDEATHSIG re-armed and the supervisor checked → signals blocked → seccomp
 //! last (so nothing earlier is refused by it) → fork. Both PID 1 and the command run under
@@ -14,11 +15,14 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use vetto_bundle::plan::Plan;
 
-use crate::{identity, landlock, listen, netlo, process, seccomp};
+use crate::{identity, landlock, listen, mounts, netlo, process, seccomp};
 
 /// A control that could not be established: the command does not run.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
+    /// A secret mask or a protection could not be placed.
+    #[error("masks and protected paths: {0}")]
+    Mount(#[from] mounts::MountError),
     /// Bringing `lo` up failed.
     #[error("network: cannot bring lo up: {0}")]
     Loopback(#[from] netlo::NetError),
@@ -126,6 +130,7 @@ pub fn run(plan: &Plan, cfg: &InitConfig) -> Result<Infallible, InitError> {
 
     // Compiled first: a bad deny-list fails before anything changes.
     let filter = seccomp::compile(&plan.seccomp)?;
+    mounts::apply(&plan.mounts)?;
     if plan.loopback_up {
         netlo::loopback_up()?;
     }

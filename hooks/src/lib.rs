@@ -13,6 +13,7 @@ pub mod identity;
 pub mod init;
 pub mod landlock;
 pub mod listen;
+pub mod mounts;
 pub mod netlo;
 pub mod oci_seccomp;
 pub mod process;
@@ -112,6 +113,7 @@ mod tests {
     fn plan(rules: Vec<LandlockRule>, loopback_up: bool) -> Plan {
         Plan {
             version: 1,
+            mounts: vec![],
             landlock: LandlockPlan {
                 rules,
                 min_abi: 1,

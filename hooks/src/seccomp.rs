@@ -21,7 +21,7 @@ use seccompiler::{
     SeccompFilter, SeccompRule, TargetArch,
 };
 use thiserror::Error;
-use vetto_bundle::plan::SeccompPlan;
+use vetto_bundle::plan::{ArgCheck, SeccompPlan};
 
 use crate::syscalls::{self, Resolved, SyscallError};
 
@@ -103,7 +103,7 @@ pub fn resolve_syscalls(names: &[String]) -> Result<Vec<(String, i64)>, SeccompE
 }
 
 /// Our prologue (see the module documentation).
-fn prologue(plan: &SeccompPlan) -> BpfProgram {
+fn prologue(plan: &SeccompPlan) -> Result<BpfProgram, SeccompError> {
     let mut p = Vec::new();
     if plan.deny_foreign_arch {
         p.push(stmt(BPF_LD_W_ABS, DATA_ARCH));
@@ -119,7 +119,36 @@ fn prologue(plan: &SeccompPlan) -> BpfProgram {
         p.push(jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1));
         p.push(stmt(BPF_RET_K, RET_EPERM));
     }
-    p
+    // Syscalls refused with their own errno (after the architecture check: the numbers are
+    // this architecture's).
+    for d in &plan.deny_errno {
+        if let Resolved::Number(nr) = syscalls::resolve(&d.syscall)? {
+            p.push(stmt(BPF_LD_W_ABS, DATA_NR));
+            p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
+            p.push(stmt(
+                BPF_RET_K,
+                libc::SECCOMP_RET_ERRNO | (d.errno as u32 & libc::SECCOMP_RET_DATA),
+            ));
+        }
+    }
+    Ok(p)
+}
+
+fn condition(c: &ArgCheck) -> Result<SeccompCondition, seccompiler::BackendError> {
+    match *c {
+        ArgCheck::BitsSet { arg, mask } => SeccompCondition::new(
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(u64::from(mask)),
+            u64::from(mask),
+        ),
+        ArgCheck::Ne { arg, value } => SeccompCondition::new(
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            u64::from(value),
+        ),
+    }
 }
 
 /// Compiles the plan into the BPF program [`install`] loads.
@@ -145,6 +174,27 @@ pub fn compile(plan: &SeccompPlan) -> Result<BpfProgram, SeccompError> {
             .collect::<Result<Vec<_>, _>>()?;
         rules.insert(libc::SYS_ioctl, chain);
     }
+    // Argument rules: several for one syscall are alternatives; a syscall denied outright
+    // keeps its empty (unconditional) chain.
+    let unconditional: Vec<i64> = rules
+        .iter()
+        .filter(|(_, chain)| chain.is_empty())
+        .map(|(nr, _)| *nr)
+        .collect();
+    for r in &plan.deny_args {
+        let Resolved::Number(nr) = syscalls::resolve(&r.syscall)? else {
+            continue;
+        };
+        if unconditional.contains(&nr) {
+            continue;
+        }
+        let conds = r
+            .when
+            .iter()
+            .map(condition)
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.entry(nr).or_default().push(SeccompRule::new(conds)?);
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -152,7 +202,7 @@ pub fn compile(plan: &SeccompPlan) -> Result<BpfProgram, SeccompError> {
         TARGET,
     )?;
     let body: BpfProgram = filter.try_into()?;
-    let mut program = prologue(plan);
+    let mut program = prologue(plan)?;
     program.extend(body);
     if program.len() > BPF_MAX_LEN {
         return Err(SeccompError::TooLong(program.len()));
@@ -201,16 +251,112 @@ mod tests {
         let first = &program[0];
         assert_eq!((first.code, first.k), (BPF_LD_W_ABS, DATA_ARCH));
         // seccompiler's own arch check follows the prologue, intact.
-        let n = prologue(&plan).len();
+        let n = prologue(&plan).expect("prologue").len();
         assert_eq!(program[n + 2].k, libc::SECCOMP_RET_KILL_PROCESS);
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(n, 6);
+        assert_eq!(n, 6 + 3 * plan.deny_errno.len());
         let bare = SeccompPlan {
             deny_x32: false,
             deny_foreign_arch: false,
+            deny_errno: vec![],
             ..plan
         };
-        assert!(prologue(&bare).is_empty());
+        assert!(prologue(&bare).expect("prologue").is_empty());
+    }
+
+    /// The argument rules: no mode with the setuid/setgid bit by any syscall that takes a
+    /// mode, no xattrs, no openat2, no socket family but unix/inet/inet6/netlink. Each is
+    /// checked against a control call that the filter lets through.
+    #[test]
+    fn setid_modes_xattrs_and_socket_families_are_refused() {
+        let program = compile(&default_seccomp()).expect("compile");
+        let dir = crate::testutil::TempDir::new("setid");
+        let d = dir.path().to_path_buf();
+        let ee = |w: &str, r: i32, e: i32| expect_errno(w, i64::from(r), e);
+        in_child(move || {
+            install(&program).map_err(|e| e.to_string())?;
+            let p = |n: &str| {
+                std::ffi::CString::new(d.join(n).to_string_lossy().as_bytes()).expect("c")
+            };
+            let f = p("f");
+            // SAFETY: valid C string; plain mode arguments.
+            let fd = unsafe { libc::open(f.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o755) };
+            if fd < 0 {
+                return Err(format!("control open: {}", errno()));
+            }
+            // SAFETY: as above.
+            unsafe {
+                ee("chmod u+s", libc::chmod(f.as_ptr(), 0o4755), libc::EPERM)?;
+                ee("chmod g+s", libc::chmod(f.as_ptr(), 0o2755), libc::EPERM)?;
+                ee("fchmod u+s", libc::fchmod(fd, 0o4755), libc::EPERM)?;
+                ee(
+                    "fchmodat u+s",
+                    libc::fchmodat(libc::AT_FDCWD, f.as_ptr(), 0o4755, 0),
+                    libc::EPERM,
+                )?;
+                let r = libc::syscall(452, libc::AT_FDCWD, f.as_ptr(), 0o6755, 0) as i32;
+                ee("fchmodat2 ug+s", r, libc::EPERM)?;
+                // The upper half of the register is ignored by the kernel and by the filter.
+                let r = libc::syscall(libc::SYS_fchmod, fd, 0x1_0000_4755u64) as i32;
+                ee("fchmod with high bits", r, libc::EPERM)?;
+                if libc::fchmod(fd, 0o755) != 0 {
+                    return Err(format!("control fchmod 0755: {}", errno()));
+                }
+                let g = p("g");
+                let r = libc::open(g.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o4755);
+                ee("open(O_CREAT, 04755)", r, libc::EPERM)?;
+                let r = libc::openat(
+                    libc::AT_FDCWD,
+                    g.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY,
+                    0o2755,
+                );
+                ee("openat(O_CREAT, 02755)", r, libc::EPERM)?;
+                ee("creat 04755", libc::creat(g.as_ptr(), 0o4755), libc::EPERM)?;
+                ee("mkdir 02755", libc::mkdir(g.as_ptr(), 0o2755), libc::EPERM)?;
+                ee(
+                    "mknod S_IFREG|04755",
+                    libc::mknod(g.as_ptr(), libc::S_IFREG | 0o4755, 0),
+                    libc::EPERM,
+                )?;
+                if std::path::Path::new(&d.join("g")).exists() {
+                    return Err("a refused call created the file".into());
+                }
+                let how = [0u64; 3];
+                let r = libc::syscall(
+                    libc::SYS_openat2,
+                    libc::AT_FDCWD,
+                    g.as_ptr(),
+                    how.as_ptr(),
+                    24,
+                ) as i32;
+                ee("openat2", r, libc::ENOSYS)?;
+                let name = c"security.capability";
+                let v = [0u8; 20];
+                let r = libc::setxattr(f.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0);
+                ee("setxattr", r, libc::EOPNOTSUPP)?;
+                let r = libc::fsetxattr(fd, c"user.x".as_ptr(), v.as_ptr().cast(), 1, 0);
+                ee("fsetxattr", r, libc::EOPNOTSUPP)?;
+                let r = libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0);
+                ee("socket(AF_VSOCK)", r, libc::EPERM)?;
+                let r = libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, 0);
+                ee("socket(AF_PACKET)", r, libc::EPERM)?;
+                for fam in [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6] {
+                    let s = libc::socket(fam, libc::SOCK_STREAM, 0);
+                    if s < 0 {
+                        return Err(format!("control socket({fam}): {}", errno()));
+                    }
+                    libc::close(s);
+                }
+                let s = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 0);
+                if s < 0 {
+                    return Err(format!("control socket(AF_NETLINK): {}", errno()));
+                }
+                libc::close(s);
+                libc::close(fd);
+            }
+            Ok(())
+        });
     }
 
     #[test]
@@ -352,6 +498,8 @@ mod tests {
                 name: "TIOCSTI".into(),
                 request: 0x5412,
             }],
+            deny_args: vec![],
+            deny_errno: vec![],
             deny_x32: false,
             deny_foreign_arch: false,
         };

@@ -128,12 +128,35 @@ const COMMON: &[(&str, i64)] = table![
     SYS_execveat,
     SYS_futex_waitv,
     SYS_mseal,
+    SYS_fchmod,
+    SYS_fchmodat,
+    SYS_fchmodat2,
+    SYS_openat,
+    SYS_openat2,
+    SYS_mkdirat,
+    SYS_setxattr,
+    SYS_lsetxattr,
+    SYS_fsetxattr,
+];
+
+/// Syscalls newer than the `libc` crate knows, by number: since Linux 6.13 every architecture
+/// shares one number for each new syscall (asm-generic and x86_64 alike).
+const NEWER: &[(&str, i64)] = &[
+    ("SYS_setxattrat", 463),
+    ("SYS_getxattrat", 464),
+    ("SYS_listxattrat", 465),
+    ("SYS_removexattrat", 466),
+    ("SYS_open_tree_attr", 467),
 ];
 
 /// Syscalls that exist on x86_64 only (legacy or x86-specific entry points).
 #[cfg(target_arch = "x86_64")]
 const X86_64_ONLY: &[(&str, i64)] = table![
     SYS_mknod,
+    SYS_chmod,
+    SYS_open,
+    SYS_creat,
+    SYS_mkdir,
     SYS_iopl,
     SYS_ioperm,
     SYS_modify_ldt,
@@ -158,6 +181,10 @@ const X86_64_ONLY: &[(&str, i64)] = table![
 #[cfg(target_arch = "aarch64")]
 const X86_64_ONLY_NAMES: &[&str] = &[
     "mknod",
+    "chmod",
+    "open",
+    "creat",
+    "mkdir",
     "iopl",
     "ioperm",
     "modify_ldt",
@@ -197,7 +224,7 @@ fn lookup(table: &[(&str, i64)], name: &str) -> Option<i64> {
 
 /// Resolves a syscall name (as in `man 2 syscalls`, e.g. `"umount2"`) for this architecture.
 pub fn resolve(name: &str) -> Result<Resolved, SyscallError> {
-    if let Some(nr) = lookup(COMMON, name) {
+    if let Some(nr) = lookup(COMMON, name).or_else(|| lookup(NEWER, name)) {
         return Ok(Resolved::Number(nr));
     }
     #[cfg(target_arch = "x86_64")]
@@ -231,6 +258,25 @@ mod tests {
     }
 
     #[test]
+    fn every_argument_and_errno_rule_resolves() {
+        let plan = vetto_bundle::plan::default_seccomp();
+        let names = plan
+            .deny_args
+            .iter()
+            .map(|r| &r.syscall)
+            .chain(plan.deny_errno.iter().map(|r| &r.syscall));
+        for name in names {
+            assert!(resolve(name).is_ok(), "{name} must be known");
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(resolve("fchmodat2"), Ok(Resolved::Number(452)));
+            assert_eq!(resolve("setxattrat"), Ok(Resolved::Number(463)));
+            assert_eq!(resolve("open_tree_attr"), Ok(Resolved::Number(467)));
+        }
+    }
+
+    #[test]
     fn known_numbers() {
         assert_eq!(resolve("ptrace"), Ok(Resolved::Number(libc::SYS_ptrace)));
         assert!(resolve("_sysctl").is_ok());
@@ -258,7 +304,7 @@ mod tests {
 
     #[test]
     fn no_duplicate_names() {
-        let mut names: Vec<&str> = COMMON.iter().map(|(n, _)| *n).collect();
+        let mut names: Vec<&str> = COMMON.iter().chain(NEWER).map(|(n, _)| *n).collect();
         #[cfg(target_arch = "x86_64")]
         names.extend(X86_64_ONLY.iter().map(|(n, _)| *n));
         let len = names.len();

@@ -14,21 +14,24 @@ use vetto_bundle::trust::TrustStore;
 
 use crate::cli::PolicyArgs;
 
-/// `$XDG_CONFIG_HOME/vetto` (or `~/.config/vetto`).
-pub fn config_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_CONFIG_HOME")
+/// `$XDG_CONFIG_HOME/vetto` (or `~/.config/vetto`), canonical: a HOME or config directory
+/// reached through a symlink is compared with the (canonical) project as what it is. Fails
+/// when it cannot be resolved.
+pub fn config_dir() -> Result<PathBuf> {
+    let raw = std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
         .map(|c| c.join("vetto"))
+        .context("cannot locate the config directory (set HOME)")?;
+    vetto_bundle::host::canonical_beyond(&raw)
+        .with_context(|| format!("resolving the config directory {}", raw.display()))
 }
 
 /// The trust store, unless it lies inside the project (the sandbox could write it): then an
 /// empty one.
 pub fn trust_store(project: &Path) -> Result<TrustStore> {
-    let path = config_dir()
-        .context("cannot locate the config directory (set HOME)")?
-        .join("trusted.json");
+    let path = config_dir()?.join("trusted.json");
     if path.starts_with(project) {
         tracing::warn!(store = %path.display(), "trust store lies inside the project; ignoring it");
         return Ok(TrustStore::empty(path));
@@ -157,9 +160,7 @@ pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
     let user_file = if a.no_user_policy {
         None
     } else {
-        config_dir()
-            .map(|d| d.join("policy.toml"))
-            .filter(|p| p.exists())
+        Some(config_dir()?.join("policy.toml")).filter(|p| p.exists())
     };
     let inputs = Inputs {
         profile_flag: a.profile.clone(),
@@ -172,6 +173,7 @@ pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
         &inputs,
         &TrustContext {
             project: &facts.project,
+            home: &facts.home,
             store: &store,
         },
     )?)
@@ -181,11 +183,19 @@ pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
 pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation)> {
     let mut facts = HostFacts::gather(a.project.as_deref())?;
     facts.landlock_abi = vetto_hooks::landlock::abi_version();
-    facts.host_private.extend(config_dir());
+    facts.host_private.push(config_dir()?);
     let policy = resolve_policy(a, &facts)?;
+    crate::netcheck::validate_network(&policy)?;
     let patterns = policy.secret_patterns();
-    let found = secrets::scan(&patterns, &facts.home, &facts.project)?;
-    let t = translate(&policy, &facts, &found, id)?;
+    let scan = secrets::scan_project(&patterns, &facts.home, &facts.project, true)?;
+    facts.git_metadata = scan
+        .git_entries
+        .iter()
+        .flat_map(|g| vetto_bundle::gitmeta::metadata_paths(g))
+        .collect();
+    facts.git_metadata.sort();
+    facts.git_metadata.dedup();
+    let t = translate(&policy, &facts, &scan.secrets, id)?;
     Ok((facts, policy, t))
 }
 
@@ -197,7 +207,7 @@ pub fn check(file: Option<&Path>, a: &PolicyArgs) -> Result<()> {
             // Values (durations, sizes, ports) are checked by merging over the profile.
             let profile = pf.profile.clone().unwrap_or_else(|| "default".into());
             let base = vetto_bundle::profiles::load(&profile)?;
-            resolve::merge(
+            let merged = resolve::merge(
                 &profile,
                 &[
                     Layer {
@@ -210,11 +220,13 @@ pub fn check(file: Option<&Path>, a: &PolicyArgs) -> Result<()> {
                     },
                 ],
             )?;
+            crate::netcheck::validate_network(&merged)?;
             println!("ok: {}", f.display());
         }
         None => {
             let facts = HostFacts::gather(a.project.as_deref())?;
             let p = resolve_policy(a, &facts)?;
+            crate::netcheck::validate_network(&p)?;
             println!("ok: profile {} with {} file(s)", p.profile, p.files.len());
         }
     }

@@ -145,7 +145,7 @@ fn drain_once(from: RawFd, to: RawFd) -> bool {
 /// Run the command; returns its exit status.
 pub fn run(args: &RunArgs) -> Result<u8> {
     let mut ph = Phases::new();
-    let (facts, _policy, t) = policy_cmd::build(&args.policy, "run")?;
+    let (facts, policy, t) = policy_cmd::build(&args.policy, "run")?;
     if facts.landlock_abi.is_none() {
         bail!("landlock: not available on this kernel, so the FULL tier cannot be established and the command does not run (see `vetto doctor`)");
     }
@@ -192,6 +192,13 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     }
     ph.mark("bundle");
 
+    // RLIMIT_NPROC does not bind host root: a root caller's process limit is a pids cgroup.
+    let mut pids_cg = match (&policy.limits.processes, facts.uid) {
+        (Some(n), 0) => Some(crate::pids::PidsCgroup::create(&sess.id, n.value).context(
+            "limits.processes: RLIMIT_NPROC does not bind a root caller, so a pids cgroup is needed and could not be made (the command did not run)",
+        )?),
+        _ => None,
+    };
     userns::enter(facts.uid, facts.gid)?;
     ph.mark("userns");
 
@@ -234,6 +241,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     let cwd = std::env::current_dir()?;
     arm_setup_watchdog();
+    if let Some(cg) = pids_cg.as_mut() {
+        cg.enter()?;
+    }
     let created = engine::create(
         &sess.id,
         &bundle,
@@ -241,6 +251,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         exec,
         console.as_ref().map(|(_, p)| p.as_path()),
     );
+    if let Some(cg) = pids_cg.as_mut() {
+        cg.leave()?;
+    }
     // libcontainer chdirs while it works; come back before anything relative is used.
     let _ = std::env::set_current_dir(&cwd);
     drop(err_w);
@@ -322,11 +335,14 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // libcontainer's state lives in the session directory, removed below with it, so its
     // delete() (a cgroup manager round trip, ~2 ms) has nothing left to do.
     drop(container);
+    drop(pids_cg);
     if let Some(b) = broker {
         sidecar::stop(b);
     }
     ph.mark("session");
+    let session_id = sess.id.clone();
     drop(sess);
+    crate::handoff::check(&t.handoff_watch, t.handoff, &facts.project, &session_id);
 
     let msg = read_all_nonblocking(err_r.as_raw_fd());
     match status {

@@ -2,22 +2,91 @@
 //!
 //! `$XDG_RUNTIME_DIR/vetto/` when that is the caller's own, else `/tmp/vetto-<uid>/` (created
 //! 0700, refused if it is a symlink or somebody else's). Each session gets
-//! `sessions/<id>/{bundle,state}` and a `supervisor` file with its pid and start time, so the
-//! next start can tell a crashed session's leftovers from a live one and sweep them.
+//! `sessions/<id>/{bundle,state}` and `sessions/<id>.lock`.
+//!
+//! # Liveness: one lock per session, held for its whole life
+//!
+//! Many sessions start at once (a CI runner, a parallel agent harness), and every start sweeps
+//! what crashed sessions left behind. A session is live exactly while its supervisor holds an
+//! exclusive `flock` on `sessions/<id>.lock`; nothing else (no pid file, no timing) decides it.
+//! The lock belongs to the open file description, so the kernel releases it when the last
+//! descriptor goes, however the supervisor ends (SIGKILL included).
+//!
+//! Creating a session (`create`):
+//! 1. create `<id>.lock` with `O_CREAT|O_EXCL|O_CLOEXEC`, mode 0600 (a fresh random id;
+//!    `EEXIST` → try another id);
+//! 2. `flock(LOCK_EX|LOCK_NB)` on it;
+//! 3. check the path still names the inode we locked (`fstat` == `lstat`).
+//!
+//! Between 1 and 2 the file exists unlocked, and a sweeper may take it for a crashed
+//! session's leftover. Then either the sweeper still holds the lock (2 fails with
+//! `EWOULDBLOCK`) or it has already unlinked the file (3 fails): the creator gives this id
+//! up, without touching the file (it is the sweeper's), and starts again with a new id. Only
+//! after 3 succeeds — from then on no sweeper can take the lock — is `sessions/<id>/` made
+//! and written. So a session directory never exists without its lock file already held by
+//! its owner, from the moment the directory exists until it is gone.
+//!
+//! Ending a session (`Session`'s drop): remove `<id>/`, then unlink `<id>.lock`, then close
+//! the lock descriptor, so the lock is released last. If the directory cannot be removed, the
+//! lock file stays; the lock is released when the process exits and the next start sweeps
+//! both.
+//!
+//! Sweeping (`sweep_stale`), for every `<id>` or `<id>.lock` in `sessions/`:
+//! - open `<id>.lock` (`O_RDONLY|O_NOFOLLOW|O_CLOEXEC`, a regular file only) and take the
+//!   same lock, non-blocking. Refused: the session is live, and is left alone (the sweeper's
+//!   only contact with it is that attempt). Granted: check the path still names the locked
+//!   inode (else another sweeper or the owner's drop has finished with it), then, still
+//!   holding the lock, remove `<id>/` and unlink `<id>.lock`, in the owner's order;
+//! - no `<id>.lock`: the directory cannot belong to a session of this protocol (its lock file
+//!   exists before the directory and goes only after it), so it is a crashed session from
+//!   a vetto without lock files, or the remains of a failed removal. It is left alone while
+//!   its `supervisor` file names a live process (an older vetto still running), or while it
+//!   has none and is younger than [`LEGACY_GRACE`] (an older vetto between its `mkdir` and
+//!   its write). Otherwise the sweeper adopts it: creates `<id>.lock` exclusively and locks
+//!   it as in `create` (so exactly one sweeper removes it), then removes both.
+//!
+//! Nothing is followed: the lock file is opened `O_NOFOLLOW` or created `O_EXCL`, and
+//! `remove_dir_all` removes a symlink rather than what it points to; every path is a direct
+//! child of the private `sessions/` directory whose name came from listing it.
+//!
+//! The `supervisor` file (pid and start time) is still written for older vettos' sweepers
+//! and for people looking at the directory; liveness does not depend on it.
+//!
+//! The lock descriptor is `O_CLOEXEC`. libcontainer's clones of the supervisor inherit it
+//! (it only marks descriptors close-on-exec), and the sandbox's PID 1, which does not exec,
+//! keeps it, sharing the supervisor's lock: harmless, since that PID 1 keeps the session
+//! alive anyway. The command is exec'd, which closes it; PID 1 is non-dumpable and
+//! `pidfd_getfd` and `ptrace` are denied, so the command cannot reach PID 1's copy either,
+//! and so cannot unlock the session.
 
 use std::fs;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-/// One session's directory; removed on drop.
+/// How long a lock-less session directory without a `supervisor` file is left alone (see the
+/// module documentation).
+pub const LEGACY_GRACE: Duration = Duration::from_secs(60);
+
+/// How many fresh ids `create` tries before it gives up.
+const CREATE_ATTEMPTS: usize = 64;
+
+/// One session's directory and the lock that marks it live; both removed on drop, the lock
+/// released last.
 pub struct Session {
     /// Its id (also the container id).
     pub id: String,
     /// `sessions/<id>`.
     pub dir: PathBuf,
+    /// `sessions/<id>.lock`.
+    lock_path: PathBuf,
+    /// Holds the exclusive lock on `lock_path` until the session is dropped. Declared last:
+    /// it is closed after `drop` has removed the directory and the lock file.
+    _lock: fs::File,
 }
 
 impl Session {
@@ -35,32 +104,40 @@ impl Drop for Session {
     fn drop(&mut self) {
         if let Err(e) = fs::remove_dir_all(&self.dir) {
             tracing::warn!(dir = %self.dir.display(), "cannot remove session directory: {e}");
+            if e.kind() != std::io::ErrorKind::NotFound {
+                // Keep the lock file: the next start sweeps both once this process is gone.
+                return;
+            }
+        }
+        if let Err(e) = fs::remove_file(&self.lock_path) {
+            tracing::warn!(lock = %self.lock_path.display(), "cannot remove session lock: {e}");
         }
     }
 }
 
+/// Make `p` (a directory only this uid may use) or check the one that is there. Idempotent:
+/// two first starts racing to make it both succeed.
 fn private_dir(p: &Path, uid: u32) -> Result<()> {
-    match fs::symlink_metadata(p) {
-        Ok(m) => {
-            if m.file_type().is_symlink() || !m.is_dir() {
-                bail!("runtime directory {} is not a plain directory", p.display());
-            }
-            if m.uid() != uid || m.mode() & 0o077 != 0 {
-                bail!(
-                    "runtime directory {} must be owned by uid {uid} with mode 0700 (found uid {} mode {:o})",
-                    p.display(),
-                    m.uid(),
-                    m.mode() & 0o7777
-                );
-            }
-            Ok(())
+    match fs::DirBuilder::new().mode(0o700).create(p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("creating runtime directory {}", p.display()))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fs::DirBuilder::new()
-            .mode(0o700)
-            .create(p)
-            .with_context(|| format!("creating runtime directory {}", p.display())),
-        Err(e) => Err(e).with_context(|| format!("checking runtime directory {}", p.display())),
     }
+    let m = fs::symlink_metadata(p).with_context(|| format!("checking {}", p.display()))?;
+    if m.file_type().is_symlink() || !m.is_dir() {
+        bail!("runtime directory {} is not a plain directory", p.display());
+    }
+    if m.uid() != uid || m.mode() & 0o077 != 0 {
+        bail!(
+            "runtime directory {} must be owned by uid {uid} with mode 0700 (found uid {} mode {:o})",
+            p.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        );
+    }
+    Ok(())
 }
 
 /// The runtime root for this user.
@@ -88,68 +165,447 @@ pub fn start_time(pid: u32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Remove sessions whose supervisor is gone (crashed, SIGKILLed).
-pub fn sweep_stale(root: &Path) {
-    let Ok(rd) = fs::read_dir(root.join("sessions")) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let dir = e.path();
-        let alive = fs::read_to_string(dir.join("supervisor"))
-            .ok()
-            .and_then(|s| {
-                let (pid, start) = s.trim().split_once(' ')?;
-                Some((pid.parse::<u32>().ok()?, start.parse::<u64>().ok()?))
-            })
-            .is_some_and(|(pid, start)| start_time(pid) == Some(start));
-        if !alive {
-            tracing::info!(dir = %dir.display(), "sweeping stale session");
-            if let Err(err) = fs::remove_dir_all(&dir) {
-                tracing::warn!(dir = %dir.display(), "cannot sweep stale session: {err}");
-            }
+/// `flock(LOCK_EX|LOCK_NB)`: `Ok(false)` when somebody else holds it.
+fn try_lock(f: &fs::File) -> std::io::Result<bool> {
+    loop {
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            _ => return Err(e),
         }
     }
 }
 
-/// Create a new session directory.
-pub fn create(root: &Path) -> Result<Session> {
-    let sessions = root.join("sessions");
-    if !sessions.exists() {
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&sessions)
-            .context("creating sessions directory")?;
+/// Does `path` (not followed) still name the file open as `f`?
+fn still_named(f: &fs::File, path: &Path) -> std::io::Result<bool> {
+    let open = f.metadata()?;
+    match fs::symlink_metadata(path) {
+        Ok(m) => Ok(m.dev() == open.dev() && m.ino() == open.ino()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
-    let pid = std::process::id();
-    let mut rnd = [0u8; 6];
-    if let Ok(mut f) = fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut rnd);
-    }
-    let id = format!(
-        "vetto-{pid}-{}",
-        rnd.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
-    let dir = sessions.join(&id);
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    let s = Session { id, dir };
-    let mut f = fs::OpenOptions::new()
+}
+
+/// Create `lock` exclusively and lock it (steps 1–3 of the protocol). `Ok(None)`: the name
+/// is taken, or a sweeper took the file between its creation and our lock; try another.
+/// `between` runs between creation and locking (tests put a sweeper there).
+fn claim(lock: &Path, between: &mut dyn FnMut()) -> Result<Option<fs::File>> {
+    let f = match fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(s.dir.join("supervisor"))
-        .context("writing the supervisor file")?;
-    writeln!(f, "{pid} {}", start_time(pid).unwrap_or(0)).context("writing the supervisor file")?;
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(s.bundle())
-        .context("creating the bundle directory")?;
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(s.state())
-        .context("creating the state directory")?;
-    Ok(s)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(lock)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("creating {}", lock.display())),
+    };
+    between();
+    if !try_lock(&f).with_context(|| format!("locking {}", lock.display()))? {
+        return Ok(None);
+    }
+    if !still_named(&f, lock).with_context(|| format!("checking {}", lock.display()))? {
+        return Ok(None);
+    }
+    Ok(Some(f))
+}
+
+/// Remove sessions that are not live (their supervisor crashed or was SIGKILLed), never a
+/// live one; see the module documentation for the protocol.
+pub fn sweep_stale(root: &Path) {
+    let sessions = root.join("sessions");
+    let Ok(rd) = fs::read_dir(&sessions) else {
+        return;
+    };
+    let mut ids = std::collections::BTreeSet::new();
+    for e in rd.flatten() {
+        let Ok(name) = e.file_name().into_string() else {
+            continue;
+        };
+        let id = name.strip_suffix(".lock").unwrap_or(&name);
+        if id.starts_with("vetto-") && !id.contains('/') {
+            ids.insert(id.to_string());
+        }
+    }
+    for id in ids {
+        if let Err(err) = sweep_one(&sessions, &id) {
+            tracing::warn!(id, "cannot sweep stale session: {err:#}");
+        }
+    }
+}
+
+fn sweep_one(sessions: &Path, id: &str) -> Result<()> {
+    let dir = sessions.join(id);
+    let lock_path = sessions.join(format!("{id}.lock"));
+    let lock = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&lock_path)
+    {
+        Ok(f) => {
+            if !f.metadata()?.is_file() {
+                bail!("{} is not a regular file", lock_path.display());
+            }
+            if !try_lock(&f).context("locking")? || !still_named(&f, &lock_path)? {
+                // Live, or somebody else has just finished with it.
+                return Ok(());
+            }
+            f
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !orphan_is_stale(&dir)? {
+                return Ok(());
+            }
+            match claim(&lock_path, &mut || {})? {
+                Some(f) => f,
+                None => return Ok(()),
+            }
+        }
+        Err(e) => return Err(e).with_context(|| format!("opening {}", lock_path.display())),
+    };
+    tracing::info!(dir = %dir.display(), "sweeping stale session");
+    match fs::remove_dir_all(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", dir.display())),
+    }
+    fs::remove_file(&lock_path).with_context(|| format!("removing {}", lock_path.display()))?;
+    drop(lock);
+    Ok(())
+}
+
+/// A session directory without a lock file: may it be removed? (See the module docs.)
+fn orphan_is_stale(dir: &Path) -> Result<bool> {
+    let m = match fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("checking {}", dir.display())),
+    };
+    if !m.is_dir() {
+        // Not a session; a symlink is never followed, so leave whatever this is alone.
+        return Ok(false);
+    }
+    match fs::read_to_string(dir.join("supervisor")) {
+        Ok(s) => {
+            let supervisor = s.trim().split_once(' ').and_then(|(pid, start)| {
+                Some((pid.parse::<u32>().ok()?, start.parse::<u64>().ok()?))
+            });
+            Ok(supervisor.is_none_or(|(pid, start)| start_time(pid) != Some(start)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let age = m
+                .modified()
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .unwrap_or_default();
+            Ok(age >= LEGACY_GRACE)
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}/supervisor", dir.display())),
+    }
+}
+
+/// A fresh session id: `vetto-<pid>-<12 random hex digits>`.
+fn new_id() -> String {
+    let mut rnd = [0u8; 6];
+    // SAFETY: getrandom writes at most rnd.len() bytes into our buffer.
+    let n = unsafe { libc::getrandom(rnd.as_mut_ptr().cast(), rnd.len(), 0) };
+    if n != rnd.len() as isize {
+        // No entropy source: the clock still makes ids distinct; `create` retries on a clash.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        rnd.copy_from_slice(&t.to_le_bytes()[..6]);
+    }
+    format!(
+        "vetto-{}-{}",
+        std::process::id(),
+        rnd.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    )
+}
+
+/// Create a new session: its lock, taken first, then its directory.
+pub fn create(root: &Path) -> Result<Session> {
+    create_with(root, &mut || {})
+}
+
+fn create_with(root: &Path, between: &mut dyn FnMut()) -> Result<Session> {
+    let uid = fs::symlink_metadata(root)
+        .with_context(|| format!("checking {}", root.display()))?
+        .uid();
+    let sessions = root.join("sessions");
+    private_dir(&sessions, uid).context("creating the sessions directory")?;
+    for _ in 0..CREATE_ATTEMPTS {
+        let id = new_id();
+        let lock_path = sessions.join(format!("{id}.lock"));
+        let Some(lock) = claim(&lock_path, between)? else {
+            continue;
+        };
+        let dir = sessions.join(&id);
+        if let Err(e) = fs::DirBuilder::new().mode(0o700).create(&dir) {
+            // Our lock is held, so nobody else unlinks the lock file: it is ours to remove.
+            let _ = fs::remove_file(&lock_path);
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                // A lock-less leftover with this very id; the sweeper deals with it.
+                continue;
+            }
+            return Err(e).with_context(|| format!("creating {}", dir.display()));
+        }
+        let s = Session {
+            id,
+            dir,
+            lock_path,
+            _lock: lock,
+        };
+        let pid = std::process::id();
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(s.dir.join("supervisor"))
+            .context("writing the supervisor file")?;
+        writeln!(f, "{pid} {}", start_time(pid).unwrap_or(0))
+            .context("writing the supervisor file")?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(s.bundle())
+            .context("creating the bundle directory")?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(s.state())
+            .context("creating the state directory")?;
+        return Ok(s);
+    }
+    bail!("creating a session: no free session id after {CREATE_ATTEMPTS} attempts")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    fn root() -> tempfile::TempDir {
+        let t = tempfile::tempdir().expect("tempdir");
+        fs::set_permissions(
+            t.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .expect("chmod");
+        t
+    }
+
+    fn entries(root: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(root.join("sessions"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    fn locked_elsewhere(p: &Path) -> bool {
+        let f = fs::File::open(p).expect("open lock");
+        !try_lock(&f).expect("flock")
+    }
+
+    #[test]
+    fn a_live_session_is_locked_kept_by_the_sweep_and_removed_on_drop() {
+        let t = root();
+        let s = create(t.path()).expect("create");
+        let lock = t.path().join(format!("sessions/{}.lock", s.id));
+        assert!(s.bundle().is_dir() && s.state().is_dir());
+        // flock belongs to the open file description: another open of it conflicts.
+        assert!(locked_elsewhere(&lock));
+        sweep_stale(t.path());
+        assert!(s.bundle().is_dir() && s.state().is_dir() && lock.is_file());
+        assert_eq!(
+            entries(t.path()),
+            vec![s.id.clone(), format!("{}.lock", s.id)]
+        );
+        drop(s);
+        assert!(entries(t.path()).is_empty(), "{:?}", entries(t.path()));
+    }
+
+    #[test]
+    fn dead_sessions_are_swept_whatever_state_they_died_in() {
+        let t = root();
+        let sessions = t.path().join("sessions");
+        fs::create_dir(&sessions).expect("mk");
+        // Died after making its directory (lock file left, nobody holds it).
+        fs::create_dir_all(sessions.join("vetto-1-aa/bundle/rootfs")).expect("mk");
+        fs::write(sessions.join("vetto-1-aa.lock"), "").expect("w");
+        // Died between its lock file and its directory.
+        fs::write(sessions.join("vetto-2-bb.lock"), "").expect("w");
+        // A lock-less directory whose supervisor is dead (from a vetto before lock files).
+        fs::create_dir_all(sessions.join("vetto-3-cc/state")).expect("mk");
+        fs::write(sessions.join("vetto-3-cc/supervisor"), "999999 1\n").expect("w");
+        sweep_stale(t.path());
+        assert!(entries(t.path()).is_empty(), "{:?}", entries(t.path()));
+    }
+
+    #[test]
+    fn lockless_directories_of_a_live_or_starting_older_vetto_are_kept() {
+        let t = root();
+        let sessions = t.path().join("sessions");
+        fs::create_dir(&sessions).expect("mk");
+        let pid = std::process::id();
+        fs::create_dir(sessions.join("vetto-4-dd")).expect("mk");
+        let start = start_time(pid).expect("start time");
+        fs::write(
+            sessions.join("vetto-4-dd/supervisor"),
+            format!("{pid} {start}\n"),
+        )
+        .expect("w");
+        // Just made, supervisor file not written yet.
+        fs::create_dir(sessions.join("vetto-5-ee")).expect("mk");
+        // Not a session at all.
+        fs::create_dir(sessions.join("other")).expect("mk");
+        std::os::unix::fs::symlink("/", sessions.join("vetto-6-ff")).expect("ln");
+        sweep_stale(t.path());
+        assert_eq!(
+            entries(t.path()),
+            vec!["other", "vetto-4-dd", "vetto-5-ee", "vetto-6-ff"]
+        );
+    }
+
+    #[test]
+    fn a_symlinked_lock_file_is_not_followed() {
+        let t = root();
+        let sessions = t.path().join("sessions");
+        fs::create_dir(&sessions).expect("mk");
+        let target = t.path().join("target");
+        fs::write(&target, "keep").expect("w");
+        std::os::unix::fs::symlink(&target, sessions.join("vetto-7-aa.lock")).expect("ln");
+        sweep_stale(t.path());
+        assert_eq!(fs::read_to_string(&target).expect("r"), "keep");
+        assert_eq!(entries(t.path()), vec!["vetto-7-aa.lock"]);
+    }
+
+    #[test]
+    fn a_sweep_between_lock_creation_and_locking_costs_the_id_not_the_session() {
+        let t = root();
+        // A sweep runs right after the creator made its lock file, before it locked it: the
+        // sweeper takes the unlocked file for a leftover and removes it. The creator must
+        // notice and start again with a fresh id, and its session must be whole.
+        let mut swept = 0;
+        let mut lost = vec![];
+        let s = create_with(t.path(), &mut || {
+            if swept == 0 {
+                lost = entries(t.path());
+                sweep_stale(t.path());
+                assert!(entries(t.path()).is_empty(), "swept {lost:?}");
+            }
+            swept += 1;
+        })
+        .expect("create");
+        assert_eq!(swept, 2, "the first id must be given up");
+        assert_eq!(lost.len(), 1);
+        assert_ne!(lost[0], format!("{}.lock", s.id));
+        assert!(s.bundle().is_dir() && s.state().is_dir());
+        drop(s);
+        assert!(entries(t.path()).is_empty());
+    }
+
+    #[test]
+    fn a_sweeper_holding_the_new_lock_file_costs_the_id_not_the_session() {
+        let t = root();
+        // A sweeper has the creator's fresh lock file open and locked (it is between its
+        // flock and its unlink): the creator's flock fails and it starts again.
+        let mut held: Vec<fs::File> = vec![];
+        let mut calls = 0;
+        let s = create_with(t.path(), &mut || {
+            calls += 1;
+            if held.is_empty() {
+                let name = entries(t.path()).pop().expect("the new lock file");
+                let f = fs::File::open(t.path().join("sessions").join(name)).expect("open");
+                assert!(try_lock(&f).expect("flock"));
+                held.push(f);
+            }
+        })
+        .expect("create");
+        assert_eq!(calls, 2);
+        assert!(s.bundle().is_dir());
+        // The creator left the held file alone: it is the sweeper's to remove.
+        assert_eq!(entries(t.path()).len(), 3, "{:?}", entries(t.path()));
+        drop(held);
+        sweep_stale(t.path());
+        assert_eq!(
+            entries(t.path()),
+            vec![s.id.clone(), format!("{}.lock", s.id)]
+        );
+    }
+
+    #[test]
+    fn sweepers_racing_creators_never_remove_a_live_session() {
+        let t = Arc::new(root());
+        let stop = Arc::new(AtomicBool::new(false));
+        let sweepers: Vec<_> = (0..3)
+            .map(|_| {
+                let (t, stop) = (t.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        sweep_stale(t.path());
+                    }
+                })
+            })
+            .collect();
+        let creators: Vec<_> = (0..4)
+            .map(|_| {
+                let t = t.clone();
+                std::thread::spawn(move || -> Result<()> {
+                    for i in 0..200 {
+                        let s = create(t.path())?;
+                        let cfg = s.bundle().join("config.json");
+                        fs::write(&cfg, format!("{i}")).context("write into the bundle")?;
+                        std::thread::yield_now();
+                        fs::create_dir(s.bundle().join("rootfs")).context("mkdir rootfs")?;
+                        if fs::read_to_string(&cfg).context("read back")? != format!("{i}") {
+                            bail!("config.json changed under us");
+                        }
+                        drop(s);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for c in creators {
+            c.join()
+                .expect("creator thread")
+                .expect("a live session lost its state");
+        }
+        stop.store(true, Ordering::Relaxed);
+        for s in sweepers {
+            s.join().expect("sweeper thread");
+        }
+        assert!(entries(t.path()).is_empty(), "{:?}", entries(t.path()));
+    }
+
+    #[test]
+    fn two_first_starts_both_make_the_sessions_directory() {
+        let t = Arc::new(root());
+        let barrier = Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (t, b) = (t.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    b.wait();
+                    create(t.path()).map(drop)
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().expect("thread").expect("create");
+        }
+    }
 }

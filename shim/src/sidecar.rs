@@ -9,7 +9,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use vetto_broker::server::{BrokerError, BrokerSpec};
 use vetto_bundle::plan::{BrokerPlan, Listener, ListenerRole};
 
 /// The environment variable carrying the broker's spec (JSON).
@@ -99,7 +100,55 @@ pub enum Lifetime {
     },
 }
 
+/// Seconds without traffic after which the broker closes a relayed connection.
+pub const IDLE_TIMEOUT_SECS: u64 = 300;
+
+/// The spec the broker is started with for `plan` (without the sandbox's network
+/// namespace descriptor, which only [`spawn`] knows).
+pub fn broker_spec(plan: &BrokerPlan) -> BrokerSpec {
+    BrokerSpec {
+        allow: plan.allow.clone(),
+        allow_cidrs: plan.allow_cidrs.clone(),
+        strict: plan.strict,
+        resolver: plan.resolver.clone(),
+        max_connections: usize::try_from(plan.max_connections).unwrap_or(usize::MAX),
+        idle_timeout_secs: IDLE_TIMEOUT_SECS,
+        connects_per_dest_per_minute: plan.connects_per_minute,
+        sandbox_netns_fd: None,
+    }
+}
+
+/// Run the broker's own validation of `spec` in this process: every check
+/// [`vetto_broker::serve`] makes before it touches a listener (allowlist and CIDR entries,
+/// resolver, limits). `serve` validates the spec first and, given no listeners, then
+/// returns [`BrokerError::NoListeners`]: that answer means the spec is good.
+pub fn check_spec(spec: &BrokerSpec) -> Result<(), BrokerError> {
+    // A current-thread runtime starts no thread (the supervisor must stay single-threaded
+    // for its user namespace), and is gone when this returns.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| BrokerError::Internal(format!("tokio runtime: {e}")))?;
+    match rt.block_on(vetto_broker::serve(spec.clone(), Vec::new())) {
+        Err(BrokerError::NoListeners) | Ok(()) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// What is wrong in a spec `check_spec` refused, once (the error's text, without the
+/// "invalid broker spec" prefix and without repeating its source).
+pub fn spec_problem(e: &BrokerError) -> String {
+    match e {
+        BrokerError::Policy(allow) => allow.to_string(),
+        BrokerError::Spec(what) => what.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// Start `vetto __broker` (from this executable) with the listeners as fds 3, 4, …
+///
+/// The spec is checked in this process first (see [`check_spec`]), so a broker that would
+/// refuse it is never started: the caller gets the broker's reason, once.
 pub fn spawn(
     plan: &BrokerPlan,
     listeners: &[Listener],
@@ -120,16 +169,13 @@ pub fn spawn(
     }
     let netns_fd = netns.as_ref().map(|_| 3 + fds.len() as i32);
     fds.extend(netns);
-    let spec = serde_json::json!({
-        "allow": plan.allow,
-        "allow_cidrs": plan.allow_cidrs,
-        "strict": plan.strict,
-        "resolver": plan.resolver,
-        "max_connections": plan.max_connections,
-        "idle_timeout_secs": 300,
-        "connects_per_dest_per_minute": plan.connects_per_minute,
-        "sandbox_netns_fd": netns_fd,
-    });
+    let spec = BrokerSpec {
+        sandbox_netns_fd: netns_fd,
+        ..broker_spec(plan)
+    };
+    check_spec(&spec)
+        .map_err(|e| anyhow!("network: the broker cannot start: {}", spec_problem(&e)))?;
+    let spec = serde_json::to_string(&spec).context("network: broker spec")?;
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     // This very binary, wherever it runs from (vetto-shim runs from a detached read-only
     // mount, which has no path).
@@ -139,7 +185,7 @@ pub fn spawn(
         cmd.arg0(argv0);
     }
     cmd.arg("__broker")
-        .env(SPEC_ENV, spec.to_string())
+        .env(SPEC_ENV, spec)
         .env(ROLES_ENV, roles.join(" "))
         .stdin(Stdio::null());
     let die_with_parent = matches!(lifetime, Lifetime::DieWithParent);

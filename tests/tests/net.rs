@@ -445,3 +445,80 @@ both!(plain_http_through_the_proxy_needs_its_port_listed, |f| {
     );
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 });
+
+both!(invalid_network_entries_are_bad_input, |f| {
+    for (entry, reason) in [
+        (
+            "*.com",
+            "a wildcard over a single-label suffix is too broad",
+        ),
+        ("93.184.216.34", "is an IP address; use allow_cidrs"),
+    ] {
+        let quoted = format!("{entry:?}");
+        // In a policy file, with the network on and off: `vetto policy check FILE`.
+        for mode in ["mode = \"allowlist\"\n", ""] {
+            let p = policy(f, &format!("[network]\n{mode}allow = [{quoted}]\n"));
+            let o = f.vetto(&["policy", "check", &p]);
+            let e = err(&o);
+            assert_eq!(o.status.code(), Some(2), "{entry} {mode}: {e}");
+            assert!(out(&o).is_empty(), "{}", out(&o));
+            assert!(
+                e.contains(&format!(
+                    "network.allow (policy file {p}): allowlist entry {quoted}"
+                )) && e.contains(reason),
+                "{e}"
+            );
+            assert_eq!(e.matches(&quoted).count(), 1, "reported once: {e}");
+            // `vetto run` with that file: refused before a sandbox exists.
+            let o = f.run_sh(&["--policy", &p], "touch ran");
+            assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+            assert_eq!(err(&o).matches(&quoted).count(), 1, "{}", err(&o));
+        }
+        // From the flag: `vetto policy check` (no FILE), `explain` and `run`.
+        let net = format!("allow:{entry}");
+        for args in [
+            vec!["policy", "check", "--net", &net],
+            vec!["policy", "explain", "--net", &net],
+        ] {
+            let o = f.vetto(&args);
+            let e = err(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+            assert!(
+                e.contains(&format!(
+                    "network.allow (flag --net): allowlist entry {quoted}"
+                )),
+                "{args:?}: {e}"
+            );
+            assert_eq!(e.matches(&quoted).count(), 1, "{args:?}: {e}");
+        }
+        let o = f.run_sh(&["--net", &net], "touch ran");
+        let e = err(&o);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert_eq!(
+            e.lines().filter(|l| l.contains(&quoted)).count(),
+            1,
+            "printed once: {e}"
+        );
+        assert_eq!(e.matches(reason).count(), 1, "printed once: {e}");
+        assert!(!f.proj.join("ran").exists(), "the command ran: {e}");
+        assert!(
+            f.leftover_sessions().is_empty(),
+            "{:?}",
+            f.leftover_sessions()
+        );
+    }
+    // A value the policy layer accepts but the broker would not start with.
+    let p = policy(
+        f,
+        "[network]\nmode = \"allowlist\"\nallow = [\"crates.io\"]\nresolver = \"0.0.0.0:53\"\n",
+    );
+    let o = f.run_sh(&["--policy", &p], "touch ran");
+    let e = err(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("network.resolver") && e.contains("\"0.0.0.0:53\" is not a usable unicast"),
+        "{e}"
+    );
+    assert!(!f.proj.join("ran").exists());
+    assert!(f.leftover_sessions().is_empty());
+});

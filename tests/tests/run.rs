@@ -377,8 +377,10 @@ both!(init_binary_cannot_be_rewritten, |f| {
     assert_eq!(std::fs::read(&f.bin).expect("read"), before);
 });
 
+// The project's own repository is read-only inside (tests/tests/holes.rs); a repository the
+// session creates is the sandbox's to commit in, with the identity from ~/.gitconfig.
 both!(git_works_with_identity_from_gitconfig, |f| {
-    let o = f.run_sh(&[], "git status --short && echo change >> README && git commit -qam 'from the sandbox' && git log -1 --format='%an <%ae>'");
+    let o = f.run_sh(&[], "git status --short && git init -q scratch && cd scratch && echo x > f && git add f && git commit -qm 'from the sandbox' && git log -1 --format='%an <%ae>'");
     assert!(o.status.success(), "{}", err(&o));
     assert!(
         out(&o).ends_with("Sandbox Tester <tester@example.invalid>\n"),

@@ -1,0 +1,326 @@
+//! Masks and protections mounted by the init, through descriptors, on the exact objects the
+//! host-side scan found.
+//!
+//! A mount made by path lands on whatever the path names at that moment. Another process of the
+//! same user (a second sandbox on the same project) can swap directories with
+//! `renameat2(RENAME_EXCHANGE)` between the scan and the mount, so that a mask covers the wrong
+//! file and the secret stays readable. Here each path is opened one component at a time with
+//! `O_PATH | O_NOFOLLOW`, the object's (device, inode) is compared with what the scan recorded,
+//! and the mount is attached to *that descriptor* with the new mount API (`open_tree` or
+//! `fsmount`, then `move_mount(MOVE_MOUNT_T_EMPTY_PATH)`): a rename after the check moves the dentry, and the
+//! mount moves with it. The mount is then read back through a fresh walk. A mismatch is a
+//! setup failure: the command does not run.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+use vetto_bundle::plan::{InitMount, InitMountKind};
+
+/// Why a mask or protection could not be placed.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// A syscall failed.
+    #[error("{what} {path}: {source}")]
+    Os {
+        /// The step.
+        what: &'static str,
+        /// The path.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The object at the path is not the one the scan found.
+    #[error("{path} changed between the scan and the mount (found device {found_dev} inode {found_ino}, the scan saw device {dev} inode {ino}); is something renaming inside the project?")]
+    Changed {
+        /// The path.
+        path: String,
+        /// What the scan saw.
+        dev: u64,
+        /// What the scan saw.
+        ino: u64,
+        /// What is there now.
+        found_dev: u64,
+        /// What is there now.
+        found_ino: u64,
+    },
+    /// The mount is not what was asked for when read back.
+    #[error("{path}: the {kind:?} mount did not take effect")]
+    NotApplied {
+        /// The path.
+        path: String,
+        /// What was mounted.
+        kind: InitMountKind,
+    },
+    /// A path that is not absolute or contains `..`.
+    #[error("{0}: not an absolute, normal path")]
+    BadPath(String),
+}
+
+// <linux/mount.h>
+const OPEN_TREE_CLONE: u32 = 1;
+const AT_RECURSIVE: u32 = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+const FSOPEN_CLOEXEC: u32 = 0x1;
+const FSMOUNT_CLOEXEC: u32 = 0x1;
+const FSCONFIG_SET_STRING: u32 = 1;
+const FSCONFIG_CMD_CREATE: u32 = 6;
+
+/// `struct mount_attr`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn os(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> MountError {
+    let path = path.display().to_string();
+    move |source| MountError::Os { what, path, source }
+}
+
+fn check(ret: libc::c_long) -> std::io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn owned(ret: libc::c_long) -> std::io::Result<OwnedFd> {
+    let fd = check(ret)? as RawFd;
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Open `path` with `O_PATH`, one component at a time, following no symlink.
+pub fn open_nofollow(path: &Path) -> Result<OwnedFd, MountError> {
+    let bad = || MountError::BadPath(path.display().to_string());
+    let mut comps = path.components();
+    if comps.next() != Some(Component::RootDir) {
+        return Err(bad());
+    }
+    // SAFETY: a valid C string; O_PATH opens nothing for I/O.
+    let mut cur = owned(unsafe {
+        libc::open(
+            c"/".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    } as libc::c_long)
+    .map_err(os("opening", path))?;
+    for c in comps {
+        let Component::Normal(name) = c else {
+            return Err(bad());
+        };
+        let name = CString::new(name.as_bytes()).map_err(|_| bad())?;
+        // SAFETY: a valid directory descriptor and C string.
+        cur = owned(unsafe {
+            libc::openat(
+                cur.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        } as libc::c_long)
+        .map_err(os("opening", path))?;
+    }
+    Ok(cur)
+}
+
+fn stat_fd(fd: &OwnedFd, path: &Path) -> Result<libc::stat, MountError> {
+    // SAFETY: fstat fills a zeroed struct we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the descriptor is valid.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } as libc::c_long)
+        .map_err(os("stat", path))?;
+    Ok(st)
+}
+
+fn set_attr(tree: &OwnedFd, set: u64, recursive: bool, path: &Path) -> Result<(), MountError> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: a detached mount's descriptor, an empty C string, and a mount_attr we own.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map_err(os("mount_setattr", path))?;
+    Ok(())
+}
+
+fn clone_tree(
+    from: RawFd,
+    name: &std::ffi::CStr,
+    recursive: bool,
+    path: &Path,
+) -> Result<OwnedFd, MountError> {
+    let mut flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as u32;
+    if name.is_empty() {
+        flags |= libc::AT_EMPTY_PATH as u32;
+    }
+    if recursive {
+        flags |= AT_RECURSIVE;
+    }
+    // SAFETY: a valid descriptor (or AT_FDCWD) and C string.
+    owned(unsafe { libc::syscall(libc::SYS_open_tree, from, name.as_ptr(), flags) })
+        .map_err(os("open_tree", path))
+}
+
+fn attach(tree: &OwnedFd, target: &OwnedFd, path: &Path) -> Result<(), MountError> {
+    // SAFETY: two valid descriptors and empty C strings.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    })
+    .map_err(os("move_mount", path))?;
+    Ok(())
+}
+
+fn fsconfig(
+    fs: &OwnedFd,
+    key: &std::ffi::CStr,
+    value: &std::ffi::CStr,
+    path: &Path,
+) -> Result<(), MountError> {
+    // SAFETY: a valid fs context descriptor and C strings.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_SET_STRING,
+            key.as_ptr(),
+            value.as_ptr(),
+            0,
+        )
+    })
+    .map_err(os("fsconfig", path))?;
+    Ok(())
+}
+
+fn empty_tmpfs(path: &Path) -> Result<OwnedFd, MountError> {
+    // SAFETY: a valid C string.
+    let fs = owned(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) })
+        .map_err(os("fsopen tmpfs", path))?;
+    fsconfig(&fs, c"mode", c"000", path)?;
+    fsconfig(&fs, c"size", c"4k", path)?;
+    fsconfig(&fs, c"nr_inodes", c"1", path)?;
+    // SAFETY: a valid fs context; no pointers.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_char>(),
+            0,
+        )
+    })
+    .map_err(os("fsconfig create", path))?;
+    let attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    // SAFETY: a valid, created fs context; no pointers.
+    owned(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
+        .map_err(os("fsmount", path))
+}
+
+fn read_only(fd: &OwnedFd, path: &Path) -> Result<bool, MountError> {
+    // SAFETY: fstatvfs fills a zeroed struct we own; the descriptor is valid.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    check(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) } as libc::c_long)
+        .map_err(os("statvfs", path))?;
+    Ok(st.f_flag & libc::ST_RDONLY != 0)
+}
+
+/// Make one mount (see the module documentation).
+pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
+    let path = m.path.as_path();
+    let target = open_nofollow(path)?;
+    let st = stat_fd(&target, path)?;
+    if (st.st_dev, st.st_ino) != (m.dev, m.ino) {
+        return Err(MountError::Changed {
+            path: path.display().to_string(),
+            dev: m.dev,
+            ino: m.ino,
+            found_dev: st.st_dev,
+            found_ino: st.st_ino,
+        });
+    }
+    let tree = match m.kind {
+        InitMountKind::Pin => clone_tree(target.as_raw_fd(), c"", true, path)?,
+        InitMountKind::ReadOnly => {
+            let t = clone_tree(target.as_raw_fd(), c"", true, path)?;
+            set_attr(
+                &t,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                true,
+                path,
+            )?;
+            t
+        }
+        InitMountKind::MaskFile => {
+            let t = clone_tree(libc::AT_FDCWD, c"/dev/null", false, path)?;
+            set_attr(
+                &t,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+                false,
+                path,
+            )?;
+            t
+        }
+        InitMountKind::MaskDir => empty_tmpfs(path)?,
+    };
+    attach(&tree, &target, path)?;
+    // Read back through a fresh walk: the path must now show the mount.
+    let after = open_nofollow(path)?;
+    let st2 = stat_fd(&after, path)?;
+    let ok = match m.kind {
+        InitMountKind::Pin => (st2.st_dev, st2.st_ino) == (m.dev, m.ino),
+        InitMountKind::ReadOnly => {
+            (st2.st_dev, st2.st_ino) == (m.dev, m.ino) && read_only(&after, path)?
+        }
+        InitMountKind::MaskFile => {
+            st2.st_mode & libc::S_IFMT == libc::S_IFCHR && st2.st_rdev == libc::makedev(1, 3)
+        }
+        InitMountKind::MaskDir => {
+            st2.st_mode & libc::S_IFMT == libc::S_IFDIR
+                && st2.st_mode & 0o7777 == 0
+                && (st2.st_dev, st2.st_ino) != (m.dev, m.ino)
+                && read_only(&after, path)?
+        }
+    };
+    if !ok {
+        return Err(MountError::NotApplied {
+            path: path.display().to_string(),
+            kind: m.kind,
+        });
+    }
+    Ok(())
+}
+
+/// Make every mount, in order.
+pub fn apply(mounts: &[InitMount]) -> Result<(), MountError> {
+    mounts.iter().try_for_each(apply_one)
+}

@@ -1,0 +1,121 @@
+//! Trust-handoff files the sandbox created: protected paths that were absent at start (so no
+//! read-only bind could cover them) and that host tools load or run (`.mcp.json`,
+//! `.vscode/tasks.json`, `.devcontainer/`, `.envrc`, ...). At the end of the session each one
+//! that now exists is named on stderr and recorded in `$XDG_STATE_HOME/vetto/handoff.log`
+//! (JSON lines), and with `filesystem.handoff = "remove"` removed.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use vetto_bundle::policy::HandoffAction;
+
+/// What was found for one watched path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The path.
+    pub path: PathBuf,
+    /// Removed (with `remove`), or why not.
+    pub outcome: String,
+}
+
+/// Is every directory between `project` and `p` (exclusive) a real directory? A removal must
+/// not follow a symlink the sandbox planted on the way.
+fn plain_parents(project: &Path, p: &Path) -> bool {
+    let Ok(rel) = p.strip_prefix(project) else {
+        return false;
+    };
+    let mut cur = project.to_path_buf();
+    let comps: Vec<_> = rel.components().collect();
+    for c in comps.iter().take(comps.len().saturating_sub(1)) {
+        cur.push(c);
+        match cur.symlink_metadata() {
+            Ok(m) if m.is_dir() => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Check the watched paths after the session; report, record and (with `remove`) remove.
+pub fn check(
+    watch: &[PathBuf],
+    action: HandoffAction,
+    project: &Path,
+    session: &str,
+) -> Vec<Finding> {
+    let mut out = vec![];
+    for p in watch {
+        let Ok(meta) = p.symlink_metadata() else {
+            continue;
+        };
+        let outcome = match action {
+            HandoffAction::Warn => {
+                "left in place: review it before a host tool loads it".to_string()
+            }
+            HandoffAction::Remove if !plain_parents(project, p) => {
+                "NOT removed: a directory on its path is a symlink; review it".to_string()
+            }
+            HandoffAction::Remove => {
+                let r = if meta.is_dir() {
+                    std::fs::remove_dir_all(p)
+                } else {
+                    std::fs::remove_file(p)
+                };
+                match r {
+                    Ok(()) => "removed (filesystem.handoff = \"remove\")".to_string(),
+                    Err(e) => format!("NOT removed ({e}); review it"),
+                }
+            }
+        };
+        eprintln!(
+            "vetto: trust handoff: the sandbox created {}, which host tools load; {outcome}",
+            p.display()
+        );
+        tracing::warn!(path = %p.display(), %outcome, "trust handoff: created during the session");
+        out.push(Finding {
+            path: p.clone(),
+            outcome,
+        });
+    }
+    if !out.is_empty() {
+        if let Err(e) = record(&out, session) {
+            eprintln!("vetto: cannot record the trust-handoff findings: {e}");
+        }
+    }
+    out
+}
+
+fn state_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .map(|d| d.join("vetto"))
+}
+
+fn record(findings: &[Finding], session: &str) -> std::io::Result<()> {
+    let dir = state_dir().ok_or_else(|| std::io::Error::other("no HOME"))?;
+    std::fs::create_dir_all(&dir)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join("handoff.log"))?;
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    for x in findings {
+        let line = serde_json::json!({
+            "time": ts,
+            "session": session,
+            "event": "trust_handoff_created",
+            "path": x.path,
+            "outcome": x.outcome,
+        });
+        writeln!(f, "{line}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! `limits.processes` for a root caller: a pids cgroup.
+//!
+//! RLIMIT_NPROC is not enforced for host uid 0 (the kernel exempts `INIT_USER` in
+//! `copy_process`), and a root caller's sandbox runs as host uid 0. So when the caller is root
+//! and the policy limits processes, the sandbox is started inside a pids cgroup of its own
+//! (`pids/vetto/<session>` on a cgroup v1 host, `vetto/<session>` with the pids controller on
+//! cgroup v2) whose `pids.max` is the limit plus vetto's own PID 1. The supervisor enters it
+//! only around the container's creation, so the init and everything it starts are in it, the
+//! supervisor and the broker are not. If no such cgroup can be made, the command does not run.
+//!
+//! The descriptors are opened before the supervisor enters its user namespace (whose mount
+//! namespace shows only a read-only cgroup2 view); writes through them still act as host root.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::userns::{fs_magic, CGROUP2_MAGIC};
+
+/// A session's pids cgroup, removed on drop.
+pub struct PidsCgroup {
+    dir: PathBuf,
+    /// The parent directory (`vetto/`), to remove the session's cgroup through after the
+    /// supervisor's mount namespace no longer shows the hierarchy.
+    parent: File,
+    procs: File,
+    home_procs: File,
+}
+
+fn hierarchy() -> Option<(PathBuf, bool)> {
+    let v1 = Path::new("/sys/fs/cgroup/pids");
+    if v1.join("pids.max").exists() || v1.join("cgroup.procs").exists() && !is_v2(v1) {
+        return Some((v1.to_path_buf(), false));
+    }
+    let v2 = Path::new("/sys/fs/cgroup");
+    if is_v2(v2) {
+        let ctl = std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
+        if ctl.split_whitespace().any(|c| c == "pids") {
+            return Some((v2.to_path_buf(), true));
+        }
+    }
+    None
+}
+
+fn is_v2(p: &Path) -> bool {
+    p.to_str()
+        .and_then(fs_magic)
+        .is_some_and(|m| m == CGROUP2_MAGIC)
+}
+
+/// The cgroup (relative to the hierarchy's root) this process is in.
+fn own_cgroup(v2: bool) -> Result<String> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").context("reading /proc/self/cgroup")?;
+    for line in text.lines() {
+        let mut it = line.splitn(3, ':');
+        let (_, ctl, path) = (it.next(), it.next().unwrap_or(""), it.next().unwrap_or(""));
+        let hit = if v2 {
+            ctl.is_empty()
+        } else {
+            ctl.split(',').any(|c| c == "pids")
+        };
+        if hit {
+            return Ok(path.to_string());
+        }
+    }
+    bail!("no pids cgroup in /proc/self/cgroup")
+}
+
+fn write_file(p: &Path, text: &str) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .open(p)
+        .with_context(|| format!("opening {}", p.display()))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("writing {text:?} to {}", p.display()))
+}
+
+/// Remove session cgroups left by supervisors that were killed. A session's cgroup is named
+/// after its session id, `vetto-<supervisor pid>-<random>`, and is empty between its creation
+/// and the moment its supervisor enters it: so only a cgroup whose supervisor process no
+/// longer exists is removed (and `rmdir` still refuses one that holds a process). A reused
+/// pid only delays the removal.
+fn sweep(parent: &Path) {
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("vetto-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+impl PidsCgroup {
+    /// Create the cgroup for `session` with room for `limit` processes of the command (plus
+    /// vetto's PID 1). Call before entering the supervisor's user namespace.
+    pub fn create(session: &str, limit: u64) -> Result<Self> {
+        let Some((root, v2)) = hierarchy() else {
+            bail!("no pids cgroup controller is mounted (cgroup v1 pids or cgroup v2 with pids)");
+        };
+        let parent = root.join("vetto");
+        match std::fs::DirBuilder::new().mode(0o755).create(&parent) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).with_context(|| format!("creating {}", parent.display())),
+        }
+        if v2 {
+            write_file(&root.join("cgroup.subtree_control"), "+pids")?;
+            write_file(&parent.join("cgroup.subtree_control"), "+pids")?;
+        }
+        sweep(&parent);
+        let dir = parent.join(session);
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+        let made = (|| -> Result<Self> {
+            write_file(
+                &dir.join("pids.max"),
+                &(limit.saturating_add(1)).to_string(),
+            )?;
+            let home = root.join(own_cgroup(v2)?.trim_start_matches('/'));
+            let procs = OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"))
+                .context("opening the session cgroup's cgroup.procs")?;
+            let home_procs = OpenOptions::new()
+                .write(true)
+                .open(home.join("cgroup.procs"))
+                .with_context(|| format!("opening {}/cgroup.procs", home.display()))?;
+            let parent =
+                File::open(&parent).with_context(|| format!("opening {}", parent.display()))?;
+            Ok(PidsCgroup {
+                dir: dir.clone(),
+                parent,
+                procs,
+                home_procs,
+            })
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        made
+    }
+
+    /// Move the calling process into the cgroup (its children are born there).
+    pub fn enter(&mut self) -> Result<()> {
+        self.procs
+            .write_all(b"0")
+            .context("joining the session's pids cgroup")
+    }
+
+    /// Move the calling process back where it was.
+    pub fn leave(&mut self) -> Result<()> {
+        self.home_procs
+            .write_all(b"0")
+            .context("leaving the session's pids cgroup")
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        let _ = self.leave();
+        let Some(name) = self
+            .dir
+            .file_name()
+            .and_then(|n| std::ffi::CString::new(n.as_encoded_bytes()).ok())
+        else {
+            return;
+        };
+        // The sandbox's processes are dead; the cgroup empties as the kernel finishes them.
+        for _ in 0..50 {
+            // SAFETY: a directory descriptor we own and a valid C string.
+            let r = unsafe {
+                libc::unlinkat(
+                    std::os::fd::AsRawFd::as_raw_fd(&self.parent),
+                    name.as_ptr(),
+                    libc::AT_REMOVEDIR,
+                )
+            };
+            if r == 0 {
+                return;
+            }
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EBUSY) => {}
+                Some(libc::ENOENT) => return,
+                _ => break,
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        tracing::warn!(dir = %self.dir.display(), "pids cgroup still busy; the next start removes it");
+    }
+}
