@@ -465,9 +465,11 @@ pub fn refusals(spec: &Value) -> Vec<String> {
         .chain(per_user_sockets())
         .filter_map(|p| p.canonicalize().ok())
         .collect();
+    // A directory that does not exist (yet) is judged where it would be: a writable bind of
+    // `/var` must be refused whether or not an engine has created `/var/lib/docker` so far.
     let resolve = |dirs: &[&str]| -> Vec<PathBuf> {
         dirs.iter()
-            .filter_map(|p| Path::new(p).canonicalize().ok())
+            .filter_map(|p| crate::host::canonical_beyond(Path::new(p)).ok())
             .collect()
     };
     let (system, engine) = (resolve(SYSTEM_DIRS), resolve(ENGINE_STATE_DIRS));

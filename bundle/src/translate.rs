@@ -610,12 +610,12 @@ pub fn translate(
             return;
         };
         let Some(id) = file_id(p) else {
-            b.note(
-                "protected",
-                p.display(),
-                "absent: nothing to protect now",
-                source,
-            );
+            let what = if p.symlink_metadata().is_ok() {
+                "a symlink: no mount can cover the link itself (it could be re-pointed); what it resolves to is protected where it is writable"
+            } else {
+                "absent: nothing to protect now"
+            };
+            b.note("protected", p.display(), what, source);
             return;
         };
         let rel: Vec<_> = p

@@ -136,19 +136,31 @@ fn cgroup_layout() -> (String, Probe) {
         }
         _ => Path::new("/sys/fs/cgroup/pids/vetto").exists(),
     };
-    let detail = format!(
-        "layout {layout}; {}",
-        if delegated {
-            "a delegated subtree exists, but vetto creates no cgroup: limits are rlimits"
-        } else {
-            "vetto creates no cgroup (none is needed): limits are rlimits"
-        }
-    );
+    // SAFETY: getuid cannot fail.
+    let root = unsafe { libc::getuid() } == 0;
+    let pids = crate::pids::available();
+    let detail = match (root, pids) {
+        (true, true) => format!(
+            "layout {layout}; as root, `limits.processes` is a pids cgroup per session (RLIMIT_NPROC does not bind root); otherwise limits are rlimits"
+        ),
+        (true, false) => format!(
+            "layout {layout}; NO pids controller: as root, a policy with `limits.processes` (every built-in profile) cannot run"
+        ),
+        (false, _) => format!(
+            "layout {layout}; {}",
+            if delegated {
+                "a delegated subtree exists, but vetto creates no cgroup: limits are rlimits"
+            } else {
+                "vetto creates no cgroup (none is needed): limits are rlimits"
+            }
+        ),
+    };
+    let ok = !root || pids;
     (
         layout.to_string(),
         Probe {
             name: "cgroups".into(),
-            ok: true,
+            ok,
             detail,
         },
     )

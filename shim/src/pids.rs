@@ -45,6 +45,11 @@ fn hierarchy() -> Option<(PathBuf, bool)> {
     None
 }
 
+/// Is a pids controller available for [`PidsCgroup::create`]?
+pub fn available() -> bool {
+    hierarchy().is_some()
+}
+
 fn is_v2(p: &Path) -> bool {
     p.to_str()
         .and_then(fs_magic)
