@@ -40,16 +40,7 @@ pub fn metadata_paths(dot_git: &Path) -> Vec<PathBuf> {
         out.push(dot_git.to_path_buf());
     }
     out.push(entry.clone());
-    let gitdir = if entry.is_dir() {
-        Some(entry)
-    } else {
-        std::fs::read_to_string(&entry)
-            .ok()
-            .and_then(|t| gitlink_target(&t).map(|g| base.join(g)))
-            .and_then(|p| p.canonicalize().ok())
-            .filter(|p| p.is_dir())
-    };
-    if let Some(gd) = gitdir {
+    if let Some(gd) = resolve_gitdir(&entry, base) {
         if let Some(common) = std::fs::read_to_string(gd.join("commondir"))
             .ok()
             .map(|t| gd.join(t.trim_end_matches(['\n', '\r'])))
@@ -63,6 +54,115 @@ pub fn metadata_paths(dot_git: &Path) -> Vec<PathBuf> {
     out.sort();
     out.dedup();
     out
+}
+
+/// The git directory a canonical `.git` entry in `base` names: itself, or a gitlink's target.
+fn resolve_gitdir(entry: &Path, base: &Path) -> Option<PathBuf> {
+    if entry.is_dir() {
+        return Some(entry.to_path_buf());
+    }
+    std::fs::read_to_string(entry)
+        .ok()
+        .and_then(|t| gitlink_target(&t).map(|g| base.join(g)))
+        .and_then(|p| p.canonicalize().ok())
+        .filter(|p| p.is_dir())
+}
+
+/// What a repository's own configuration points at outside its git directory, as the host's
+/// `git` reads it (`git config --local --includes --show-origin`): every included config file
+/// (`include.path`, `includeIf`: git reads them as configuration) and `core.hooksPath` (git
+/// runs the hooks in it; relative to the worktree, e.g. husky's `.husky`). Paths that exist are
+/// returned canonical in `.0`, absent ones (that the sandbox could create) as-is in `.1`.
+/// Without a host `git` nothing is returned: nothing on the host reads them either.
+pub fn config_references(dot_git: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let (mut present, mut absent) = (vec![], vec![]);
+    let Some(worktree) = dot_git.parent() else {
+        return (present, absent);
+    };
+    let Some(gitdir) = dot_git
+        .canonicalize()
+        .ok()
+        .and_then(|e| resolve_gitdir(&e, worktree))
+    else {
+        return (present, absent);
+    };
+    let out = std::process::Command::new("git")
+        .args([
+            "config",
+            "--local",
+            "--includes",
+            "--show-origin",
+            "--null",
+            "--list",
+        ])
+        .env_clear()
+        .env("GIT_DIR", &gitdir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", "/nonexistent-vetto")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let Ok(out) = out else {
+        return (present, absent);
+    };
+    let mut add = |p: PathBuf| match p.canonicalize() {
+        Ok(c) => present.push(c),
+        Err(_) => {
+            // Named by its resolved parent, when that exists.
+            let named = p
+                .parent()
+                .and_then(|d| d.canonicalize().ok())
+                .zip(p.file_name())
+                .map(|(d, n)| d.join(n));
+            absent.push(named.unwrap_or(p));
+        }
+    };
+    let fields: Vec<&[u8]> = out.stdout.split(|b| *b == 0).collect();
+    for pair in fields.chunks(2) {
+        let [origin, kv] = pair else { continue };
+        let origin = String::from_utf8_lossy(origin);
+        let origin = origin.strip_prefix("file:").map(PathBuf::from);
+        if let Some(f) = &origin {
+            add(f.clone());
+        }
+        let kv = String::from_utf8_lossy(kv);
+        let Some((k, v)) = kv.split_once('\n') else {
+            continue;
+        };
+        if v.is_empty() {
+            continue;
+        }
+        let k = k.to_ascii_lowercase();
+        let home = || std::env::var_os("HOME").map(PathBuf::from);
+        let expand = |v: &str, base: Option<&Path>| -> Option<PathBuf> {
+            if let Some(rest) = v.strip_prefix("~/") {
+                return home().map(|h| h.join(rest));
+            }
+            let p = Path::new(v);
+            if p.is_absolute() {
+                Some(p.to_path_buf())
+            } else {
+                base.map(|b| b.join(p))
+            }
+        };
+        if k == "core.hookspath" {
+            // Relative to where hooks run: the worktree's top.
+            add(expand(v, Some(worktree)).unwrap_or_else(|| worktree.join(v)));
+        } else if k == "include.path" || (k.starts_with("includeif.") && k.ends_with(".path")) {
+            // Relative to the file that includes it; one that does not exist yet is read as
+            // soon as it does.
+            let dir = origin.as_deref().and_then(Path::parent);
+            if let Some(p) = expand(v, dir) {
+                add(p);
+            }
+        }
+    }
+    present.sort();
+    present.dedup();
+    absent.sort();
+    absent.dedup();
+    (present, absent)
 }
 
 /// The path in a gitlink file (`gitdir: PATH`), as git reads it (`read_gitfile_gently`).
@@ -107,6 +207,44 @@ mod tests {
         let mut want = vec![root.join("main/sub/.git"), main.join("modules/sub")];
         want.sort();
         assert_eq!(metadata_paths(&root.join("main/sub/.git")), want);
+    }
+
+    #[test]
+    fn hooks_path_and_included_config_are_found() {
+        if std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: no git on this host");
+            return;
+        }
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().canonicalize().expect("c");
+        let git = |args: &[&str]| {
+            let st = std::process::Command::new("git")
+                .arg("-C")
+                .arg(&root)
+                .args(args)
+                .status()
+                .expect("git");
+            assert!(st.success());
+        };
+        git(&["init", "-q", "."]);
+        std::fs::create_dir(root.join(".husky")).expect("mk");
+        std::fs::write(root.join("inc.cfg"), "[core]\n\tautocrlf = false\n").expect("w");
+        git(&["config", "core.hooksPath", ".husky"]);
+        git(&["config", "include.path", "../inc.cfg"]);
+        git(&["config", "--add", "include.path", "../absent.cfg"]);
+        let (present, absent) = config_references(&root.join(".git"));
+        assert!(present.contains(&root.join(".husky")), "{present:?}");
+        assert!(present.contains(&root.join("inc.cfg")), "{present:?}");
+        assert!(present.contains(&root.join(".git/config")), "{present:?}");
+        // An include that does not exist yet is read as soon as it does.
+        assert!(absent.contains(&root.join("absent.cfg")), "{absent:?}");
+        std::fs::remove_dir(root.join(".husky")).expect("rm");
+        let (_, absent) = config_references(&root.join(".git"));
+        assert!(absent.contains(&root.join(".husky")), "{absent:?}");
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct HostFacts {
     /// Repository metadata in the project (canonical: `.git` entries, the git and common
     /// directories they name), from [`crate::gitmeta::metadata_paths`] over the scan's finds.
     pub git_metadata: Vec<PathBuf>,
+    /// Paths a repository's configuration makes git read or run that do not exist yet
+    /// (`core.hooksPath`, `include.path`), from [`crate::gitmeta::config_references`].
+    pub git_absent: Vec<PathBuf>,
 }
 
 /// A top-level system directory.
@@ -210,6 +213,7 @@ impl HostFacts {
             home_dotfiles,
             host_private: vec![],
             git_metadata: vec![],
+            git_absent: vec![],
         })
     }
 }

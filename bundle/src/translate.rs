@@ -670,6 +670,20 @@ pub fn translate(
         );
     }
     let mut handoff_watch: Vec<PathBuf> = vec![];
+    // What the repository's configuration names but does not exist yet (a `core.hooksPath`
+    // directory, an included config file): if the sandbox creates it, host git reads or runs
+    // it. No bind can cover an absent path, so it is watched like an absent protected path.
+    for g in &facts.git_absent {
+        if writable_roots.iter().any(|r| g.starts_with(r)) {
+            b.note(
+                "protected",
+                g.display(),
+                "named by git configuration (hooks path or include) but absent: if the sandbox creates it, vetto reports it at the end",
+                &git_src,
+            );
+            handoff_watch.push(g.clone());
+        }
+    }
     if project_access != ProjectAccess::Read {
         for pr in &policy.protected {
             match resolve_in_project("filesystem.protected", &pr.value, facts)? {

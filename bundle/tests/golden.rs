@@ -63,6 +63,7 @@ fn facts() -> HostFacts {
         home_dotfiles: vec![home.join(".gitconfig"), home.join(".cargo")],
         host_private: vec![home.join(".config/vetto")],
         git_metadata: vec![],
+        git_absent: vec![],
     }
 }
 

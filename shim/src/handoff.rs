@@ -37,15 +37,40 @@ fn plain_parents(project: &Path, p: &Path) -> bool {
     true
 }
 
-/// Check the watched paths after the session; report, record and (with `remove`) remove.
+/// `.git` entries in the project now that were not there at start (`known`: the canonical
+/// metadata paths found then): repositories the sandbox made, whose configuration a host `git`
+/// run inside them (or an editor that scans subfolders for repositories) would read.
+fn new_repositories(project: &Path, known: &[PathBuf]) -> Vec<PathBuf> {
+    match vetto_bundle::secrets::scan_project(&[], project, project, true) {
+        Ok(scan) => scan
+            .git_entries
+            .into_iter()
+            .filter(|g| !known.contains(g))
+            .collect(),
+        Err(e) => {
+            eprintln!("vetto: cannot look for git repositories the sandbox created: {e}");
+            vec![]
+        }
+    }
+}
+
+/// Check the watched paths after the session, and look for git repositories the sandbox
+/// created; report, record and (with `remove`) remove.
 pub fn check(
     watch: &[PathBuf],
+    known_git: &[PathBuf],
     action: HandoffAction,
     project: &Path,
     session: &str,
 ) -> Vec<Finding> {
     let mut out = vec![];
-    for p in watch {
+    let mut watch = watch.to_vec();
+    for g in new_repositories(project, known_git) {
+        if !watch.contains(&g) {
+            watch.push(g);
+        }
+    }
+    for p in &watch {
         let Ok(meta) = p.symlink_metadata() else {
             continue;
         };

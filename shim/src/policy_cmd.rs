@@ -188,13 +188,18 @@ pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation
     crate::netcheck::validate_network(&policy)?;
     let patterns = policy.secret_patterns();
     let scan = secrets::scan_project(&patterns, &facts.home, &facts.project, true)?;
-    facts.git_metadata = scan
-        .git_entries
-        .iter()
-        .flat_map(|g| vetto_bundle::gitmeta::metadata_paths(g))
-        .collect();
+    for g in &scan.git_entries {
+        facts
+            .git_metadata
+            .extend(vetto_bundle::gitmeta::metadata_paths(g));
+        let (present, absent) = vetto_bundle::gitmeta::config_references(g);
+        facts.git_metadata.extend(present);
+        facts.git_absent.extend(absent);
+    }
     facts.git_metadata.sort();
     facts.git_metadata.dedup();
+    facts.git_absent.sort();
+    facts.git_absent.dedup();
     let t = translate(&policy, &facts, &scan.secrets, id)?;
     Ok((facts, policy, t))
 }

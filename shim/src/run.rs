@@ -342,7 +342,13 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     ph.mark("session");
     let session_id = sess.id.clone();
     drop(sess);
-    crate::handoff::check(&t.handoff_watch, t.handoff, &facts.project, &session_id);
+    crate::handoff::check(
+        &t.handoff_watch,
+        &facts.git_metadata,
+        t.handoff,
+        &facts.project,
+        &session_id,
+    );
 
     let msg = read_all_nonblocking(err_r.as_raw_fd());
     match status {

@@ -67,6 +67,49 @@ both!(git_metadata_cannot_plant_configuration_for_host_git, |f| {
     );
 });
 
+// What the repository's configuration points at in the worktree: a hooks directory (husky's
+// `.husky`) and included config files, present or not yet.
+both!(git_hooks_path_and_included_config_are_protected, |f| {
+    let marker = f.root.join("outside/PWNED");
+    let o = host_sh(
+        f,
+        &f.proj,
+        "mkdir .husky && printf '#!/bin/sh\nexit 0\n' > .husky/pre-commit && chmod +x .husky/pre-commit && \
+         git config core.hooksPath .husky && printf '[user]\n\tname = Shared\n' > shared.gitconfig && \
+         git config include.path ../shared.gitconfig && git config --add include.path ../later.gitconfig",
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let script = format!(
+        "printf '#!/bin/sh\ntouch {m}\n' > .husky/pre-commit 2>/dev/null && echo HOOK-WRITTEN; \
+         printf '[core]\n\tfsmonitor = \"touch {m}\"\n' >> shared.gitconfig 2>/dev/null && echo INCLUDE-WRITTEN; \
+         mv .husky .husky-old 2>/dev/null && echo MOVED; \
+         printf '[core]\n\tfsmonitor = \"touch {m}\"\n' > later.gitconfig; echo done",
+        m = marker.display()
+    );
+    let o = f.run_sh(&[], &script);
+    assert_eq!(out(&o), "done\n", "stderr: {}", err(&o));
+    assert!(
+        err(&o).contains(&format!(
+            "trust handoff: the sandbox created {}",
+            f.proj.join("later.gitconfig").display()
+        )),
+        "{}",
+        err(&o)
+    );
+    // With handoff = "remove" the planted include is gone before host git can read it.
+    let pol = policy(f, "remove.toml", "[filesystem]\nhandoff = \"remove\"\n");
+    let _ = std::fs::remove_file(f.proj.join("later.gitconfig"));
+    let o = f.run_sh(&["--policy", &pol], &script);
+    assert_eq!(out(&o), "done\n", "stderr: {}", err(&o));
+    assert!(!f.proj.join("later.gitconfig").exists());
+    let o = host_sh(f, &f.proj, "git status --short >/dev/null; echo done");
+    assert_eq!(out(&o), "done\n", "{}", err(&o));
+    assert!(
+        !marker.exists(),
+        "host git ran a command planted by the sandbox"
+    );
+});
+
 both!(git_reads_but_cannot_write_the_repository, |f| {
     let o = f.run_sh(
         &[],
@@ -294,11 +337,16 @@ both!(
     |f| {
         std::fs::create_dir_all(f.proj.join(".claude")).expect("mk");
         f.own(&f.proj.join(".claude"));
-        let script = "echo '{\"mcpServers\":{}}' > .mcp.json; mkdir -p .vscode .devcontainer && echo '{}' > .vscode/tasks.json && echo '{}' > .devcontainer/devcontainer.json; \
+        let script = "echo '{\"mcpServers\":{}}' > .mcp.json; mkdir -p .vscode .devcontainer && echo '{}' > .vscode/tasks.json && echo '{}' > .devcontainer/devcontainer.json; git init -q nested/deeper; \
         echo '{}' > .claude/settings.local.json 2>/dev/null && echo CLAUDE-WRITTEN; echo done";
         let o = f.run_sh(&[], script);
         assert_eq!(out(&o), "done\n", "{}", err(&o));
-        for p in [".mcp.json", ".vscode", ".devcontainer"] {
+        for p in [
+            ".mcp.json",
+            ".vscode",
+            ".devcontainer",
+            "nested/deeper/.git",
+        ] {
             assert!(
                 err(&o).contains(&format!(
                     "trust handoff: the sandbox created {}",
@@ -313,14 +361,19 @@ both!(
             .expect("recorded");
         assert!(log.contains(".mcp.json"), "{log}");
         // With handoff = "remove" they are removed.
-        for p in [".mcp.json", ".vscode", ".devcontainer"] {
+        for p in [".mcp.json", ".vscode", ".devcontainer", "nested"] {
             let _ = std::fs::remove_dir_all(f.proj.join(p));
             let _ = std::fs::remove_file(f.proj.join(p));
         }
         let pol = policy(f, "remove.toml", "[filesystem]\nhandoff = \"remove\"\n");
         let o = f.run_sh(&["--policy", &pol], script);
         assert!(err(&o).contains("removed"), "{}", err(&o));
-        for p in [".mcp.json", ".vscode", ".devcontainer"] {
+        for p in [
+            ".mcp.json",
+            ".vscode",
+            ".devcontainer",
+            "nested/deeper/.git",
+        ] {
             assert!(!f.proj.join(p).exists(), "{p} not removed");
         }
     }
