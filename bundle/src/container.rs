@@ -473,6 +473,14 @@ pub fn refusals(spec: &Value) -> Vec<String> {
             .collect()
     };
     let (system, engine) = (resolve(SYSTEM_DIRS), resolve(ENGINE_STATE_DIRS));
+    if let Some(p @ ("shared" | "rshared")) = spec
+        .pointer("/linux/rootfsPropagation")
+        .and_then(Value::as_str)
+    {
+        out.push(format!(
+            "rootfsPropagation {p} (mounts made inside would reach the host); use private or slave"
+        ));
+    }
     for m in items(spec, "/mounts") {
         let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
         if !dst.starts_with('/') {
@@ -491,6 +499,16 @@ pub fn refusals(spec: &Value) -> Vec<String> {
             continue;
         }
         let src = m.get("source").and_then(Value::as_str).unwrap_or("");
+        // A shared bind propagates what vetto mounts beneath it (masks, read-only protections)
+        // out to the host, and the host's unmounts back in: binds must be private or slave.
+        if let Some(o) = strs(m.get("options"))
+            .into_iter()
+            .find(|o| o == "shared" || o == "rshared")
+        {
+            out.push(format!(
+                "a bind of {src} (at {dst}) with {o} propagation (vetto's masks would appear on the host, and a host unmount would uncover them); use private or slave"
+            ));
+        }
         let Some(real) = bind_source(m) else {
             out.push(format!(
                 "a bind of {src} (at {dst}), which does not resolve"
@@ -1007,6 +1025,23 @@ mod tests {
             s["process"]["capabilities"]["bounding"],
             json!(["CAP_CHOWN"])
         );
+    }
+
+    #[test]
+    fn shared_propagation_is_refused() {
+        let ws = tempfile::tempdir().expect("tmp");
+        let mut s = base(json!([
+            {"destination": "/a", "type": "bind", "source": ws.path(), "options": ["rbind", "rshared"]},
+            {"destination": "/b", "type": "bind", "source": ws.path(), "options": ["bind", "shared", "ro"]},
+            {"destination": "/c", "type": "bind", "source": ws.path(), "options": ["rbind", "rslave"]},
+            {"destination": "/d", "type": "bind", "source": ws.path(), "options": ["rbind", "rprivate"]}
+        ]));
+        s["linux"]["rootfsPropagation"] = json!("rshared");
+        let all = refusals(&s).join("\n");
+        assert!(all.contains("(at /a) with rshared propagation"), "{all}");
+        assert!(all.contains("(at /b) with shared propagation"), "{all}");
+        assert!(!all.contains("at /c") && !all.contains("at /d"), "{all}");
+        assert!(all.contains("rootfsPropagation rshared"), "{all}");
     }
 
     #[test]

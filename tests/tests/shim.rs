@@ -410,6 +410,31 @@ fn policy_file_must_be_host_owned_and_privileged_bundles_are_refused() {
     assert!(w.nothing_left("c-priv"));
 }
 
+/// Issue 10, item 6: a shared bind would carry vetto's masks out to the host (and a host
+/// unmount back in); a hardened bundle with one is refused before anything is mounted.
+#[test]
+fn shared_bind_propagation_is_refused() {
+    let Some(w) = World::new() else { return };
+    let ws = w.ws();
+    w.edit(|v| {
+        v["mounts"].as_array_mut().expect("mounts").push(json!({
+            "destination": "/workspace", "type": "bind",
+            "source": ws, "options": ["rbind", "rw", "rshared"]
+        }))
+    });
+    w.script("cat /workspace/.env");
+    let o = w.run(&["--vetto-policy", "default"], "c-shared");
+    assert!(!o.status.success(), "{}", out(&o));
+    assert!(
+        !out(&o).contains("hunter2") && !out(&o).contains("TOKEN"),
+        "{}",
+        out(&o)
+    );
+    let e = w.last_error();
+    assert!(e.contains("with rshared propagation"), "{e}");
+    assert!(w.nothing_left("c-shared"));
+}
+
 #[test]
 fn rootless_run_as_nobody_with_a_hardened_rootless_bundle() {
     let Some(w) = World::new() else { return };
