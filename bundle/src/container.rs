@@ -367,6 +367,28 @@ pub const ALLOWED_MOUNT_TYPES: &[&str] = &[
     "proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "bind", "none",
 ];
 
+/// Where a kernel filesystem type may be mounted in a hardened container (`None`: not a
+/// kernel filesystem with host-reaching files).
+fn kernel_fs_place(ty: &str) -> Option<&'static str> {
+    match ty {
+        "proc" => Some("/proc"),
+        "sysfs" => Some("/sys"),
+        "cgroup" | "cgroup2" => Some("/sys/fs/cgroup"),
+        "mqueue" => Some("/dev/mqueue"),
+        "devpts" => Some("/dev/pts"),
+        _ => None,
+    }
+}
+
+/// `/proc` paths that stay read-only in every hardened container, whatever the bundle says.
+pub const PROC_READONLY: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
 /// (device, inode) of a namespace file, to compare namespaces whatever path names them.
 fn ns_id(path: &str) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -495,6 +517,18 @@ pub fn refusals(spec: &Value) -> Vec<String> {
             let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
             if !ALLOWED_MOUNT_TYPES.contains(&ty) {
                 out.push(format!("a {ty:?} mount at {dst}"));
+            } else if let Some(place) = kernel_fs_place(ty) {
+                // Anywhere else it could lie beneath a writable bind or tmpfs, whose Landlock
+                // rule would cover it (`/workspace/p/sys/kernel/core_pattern`).
+                let at_home = match ty {
+                    "cgroup" | "cgroup2" => beneath(dst, place),
+                    _ => Path::new(dst) == Path::new(place),
+                };
+                if !at_home {
+                    out.push(format!(
+                        "a {ty} mount at {dst} (kernel filesystems only at their standard place, {place})"
+                    ));
+                }
             }
             continue;
         }
@@ -667,6 +701,8 @@ pub fn harden(
     let mut masks: Vec<Mask> = vec![];
     let mut canonical: Vec<(usize, PathBuf)> = vec![];
     let mut binds: Vec<BindCheck> = vec![];
+    // Mount options rewritten: (index, options).
+    let mut option_edits: Vec<(usize, Vec<String>)> = vec![];
     // `~/` patterns apply to the runtime's home and to every account's home in a bind.
     let home_patterns: Vec<_> = patterns
         .iter()
@@ -681,7 +717,36 @@ pub fn harden(
         }
         let writable = !is_readonly(m);
         let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
+        if ty == "tmpfs" && strs(m.get("options")).iter().any(|o| o == "tmpcopyup") {
+            // Podman's `--tmpfs` asks for a copy of the image's directory; libcontainer has no
+            // copy-up and would pass the word to tmpfs, which refuses it. The tmpfs starts
+            // empty instead.
+            let opts: Vec<String> = strs(m.get("options"))
+                .into_iter()
+                .filter(|o| o != "tmpcopyup")
+                .collect();
+            option_edits.push((i, opts));
+        }
         if is_bind(m) {
+            // No setuid file and no device node through any host bind (devices under /dev
+            // are the engine's device binds); a bind the policy gives no write access is
+            // mounted read-only, so metadata changes (chmod, chown, utimensat, setxattr), which
+            // Landlock does not mediate, fail too, and no writable parent's rule can reach it.
+            let mut opts = strs(m.get("options"));
+            let no_write = policy.project.value == ProjectAccess::Read;
+            for (o, want) in [
+                ("nosuid", true),
+                ("nodev", !beneath(dst, "/dev")),
+                ("ro", writable && no_write),
+            ] {
+                if want && !opts.iter().any(|x| x == o) {
+                    opts.retain(|x| !(o == "ro" && x == "rw"));
+                    opts.push(o.to_string());
+                }
+            }
+            if opts != strs(m.get("options")) {
+                option_edits.push((i, opts));
+            }
             // Resolved once, here, and written back: what was checked is what is mounted.
             let Some(src) = bind_source(m) else {
                 continue;
@@ -779,7 +844,52 @@ pub fn harden(
             });
         }
     }
+    // Landlock rights add up down the tree: a no-delete bind beneath a fully writable tmpfs
+    // or bind would get delete and rename from its parent's rule. (A bind with no write access
+    // is mounted read-only above, so no parent can hand it writes.)
+    let mut inherited = vec![];
+    for r in rules
+        .iter()
+        .filter(|r| r.access == FsAccess::ReadWriteNoDelete)
+    {
+        if let Some(parent) = rules.iter().find(|p| {
+            p.access == FsAccess::ReadWrite && r.path != p.path && r.path.starts_with(&p.path)
+        }) {
+            inherited.push(format!(
+                "a write-no-delete bind at {} beneath the fully writable {} (it would inherit delete and rename; mount it elsewhere)",
+                r.path.display(),
+                parent.path.display()
+            ));
+        }
+    }
+    if !inherited.is_empty() {
+        return Err(ContainerError::Refused {
+            policy: policy_name.to_string(),
+            reasons: inherited,
+        });
+    }
+    // The image's root filesystem is read-only: Landlock already refuses writing to it, and
+    // this refuses the metadata changes Landlock does not see.
+    if let Some(root) = spec.get_mut("root").and_then(Value::as_object_mut) {
+        root.insert("readonly".into(), json!(true));
+    }
+    // /proc/sys and friends stay read-only wherever the bundle's own list stops.
+    if let Some(linux) = spec.get_mut("linux").and_then(Value::as_object_mut) {
+        let list = linux.entry("readonlyPaths").or_insert_with(|| json!([]));
+        if let Some(arr) = list.as_array_mut() {
+            for p in PROC_READONLY {
+                if !arr.iter().any(|x| x.as_str() == Some(p)) {
+                    arr.push(json!(p));
+                }
+            }
+        }
+    }
     if let Some(arr) = spec.get_mut("mounts").and_then(Value::as_array_mut) {
+        for (i, opts) in option_edits {
+            if let Some(m) = arr.get_mut(i) {
+                m["options"] = json!(opts);
+            }
+        }
         for (i, src) in canonical {
             if let Some(m) = arr.get_mut(i) {
                 m["source"] = json!(src);
@@ -1024,6 +1134,82 @@ mod tests {
         assert_eq!(
             s["process"]["capabilities"]["bounding"],
             json!(["CAP_CHOWN"])
+        );
+    }
+
+    /// Issue 10, item 3: a kernel filesystem beneath a writable bind would get the bind's
+    /// Landlock rule (`/workspace/p/sys/kernel/core_pattern`).
+    #[test]
+    fn kernel_filesystems_only_at_their_places() {
+        let s = base(json!([
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/workspace/p", "type": "proc", "source": "proc"},
+            {"destination": "/sys/fs/cgroup", "type": "cgroup2", "source": "cgroup"},
+            {"destination": "/w/cg", "type": "cgroup2", "source": "cgroup"},
+            {"destination": "/w/s", "type": "sysfs", "source": "sysfs"},
+            {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue"},
+            {"destination": "/w/mq", "type": "mqueue", "source": "mqueue"}
+        ]));
+        let all = refusals(&s).join("\n");
+        for bad in [
+            "proc mount at /workspace/p",
+            "cgroup2 mount at /w/cg",
+            "sysfs mount at /w/s",
+            "mqueue mount at /w/mq",
+        ] {
+            assert!(all.contains(bad), "{bad}: {all}");
+        }
+        assert!(
+            !all.contains("at /proc ")
+                && !all.contains("at /sys/fs/cgroup ")
+                && !all.contains("at /dev/mqueue "),
+            "{all}"
+        );
+    }
+
+    /// Issue 10, items 4, 5 and 7: no-delete beneath a writable parent is refused; binds get
+    /// nosuid (and nodev outside /dev), binds without write access are read-only mounts,
+    /// the image root is read-only, /proc/sys stays read-only, `tmpcopyup` is dropped.
+    #[test]
+    fn binds_get_mount_flags_and_narrower_binds_cannot_inherit() {
+        let ws = tempfile::tempdir().expect("tmp");
+        let mut s = base(json!([
+            {"destination": "/home", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "tmpcopyup"]},
+            {"destination": "/home/proj", "type": "bind", "source": ws.path(), "options": ["rbind", "rw"]}
+        ]));
+        let read_only = resolve_host_policy("read-only").expect("policy");
+        harden(&mut s, &read_only, "read-only", Path::new("/nonexistent")).expect("harden");
+        let mounts = s["mounts"].as_array().expect("mounts");
+        let proj = mounts
+            .iter()
+            .find(|m| m["destination"] == json!("/home/proj"))
+            .expect("bind");
+        let opts = strs(proj.get("options"));
+        for o in ["ro", "nosuid", "nodev"] {
+            assert!(opts.contains(&o.to_string()), "{opts:?}");
+        }
+        assert!(!opts.contains(&"rw".to_string()), "{opts:?}");
+        let tmp = mounts
+            .iter()
+            .find(|m| m["destination"] == json!("/tmp"))
+            .expect("tmp");
+        assert!(!strs(tmp.get("options")).contains(&"tmpcopyup".to_string()));
+        assert_eq!(s["root"]["readonly"], json!(true));
+        assert!(strs(s.pointer("/linux/readonlyPaths")).contains(&"/proc/sys".to_string()));
+        // Under write-no-delete, the same layout would inherit delete from the tmpfs.
+        let mut s = base(json!([
+            {"destination": "/home", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]},
+            {"destination": "/home/proj", "type": "bind", "source": ws.path(), "options": ["rbind", "rw"]}
+        ]));
+        let nd = resolve_host_policy("default").expect("policy");
+        let mut nd = nd;
+        nd.project.value = ProjectAccess::WriteNoDelete;
+        let e = harden(&mut s, &nd, "nd", Path::new("/nonexistent")).expect_err("refused");
+        assert!(
+            e.to_string()
+                .contains("write-no-delete bind at /home/proj beneath the fully writable /home"),
+            "{e}"
         );
     }
 

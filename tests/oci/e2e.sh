@@ -128,6 +128,13 @@ rm -f "$ws/out.txt"
 out=$("${P[@]}" -t --annotation dev.vetto.policy=default localhost/vetto-e2e sh -c 'tty; echo tty-ok' 2>&1)
 expect podman_tty $'/dev/pts/0\ntty-ok' "$out"
 
+# The documented `--tmpfs /tmp` (Podman adds `tmpcopyup`, which vetto-shim drops: the tmpfs
+# starts empty); the image root is read-only for metadata too.
+out=$("${P[@]}" --annotation dev.vetto.policy=default --tmpfs /tmp localhost/vetto-e2e \
+  sh -c 'echo x > /tmp/f && cat /tmp/f && echo tmpfs-ok; chmod 4755 /bin/busybox 2>/dev/null && echo IMAGE-CHMOD; echo end' 2>&1)
+expect podman_documented_tmpfs_form $'x\ntmpfs-ok\nend' "$out"
+refute podman_image_metadata_is_read_only IMAGE-CHMOD "$out"
+
 if "${PODMAN[@]}" run -d --name e2e-d --network none "${UL[@]}" --annotation dev.vetto.policy=default \
   -v "$ws:/workspace" localhost/vetto-e2e sleep 300 >"$LOGS/podman-d" 2>&1; then
   ok podman_run_detached

@@ -410,6 +410,49 @@ fn policy_file_must_be_host_owned_and_privileged_bundles_are_refused() {
     assert!(w.nothing_left("c-priv"));
 }
 
+/// Issue 10, items 3 and 5: a kernel filesystem beneath a writable bind is refused; metadata
+/// changes on image files (read-only root) and on host files under the `read-only` policy
+/// (read-only bind) fail, though Landlock does not mediate them.
+#[test]
+fn kernel_fs_beneath_binds_and_metadata_changes_are_refused() {
+    let Some(w) = World::new() else { return };
+    w.with_workspace();
+    std::fs::write(w.ws().join("code.py"), "print(1)\n").expect("w");
+    w.edit(|v| {
+        v["mounts"].as_array_mut().expect("mounts").push(json!({
+            "destination": "/workspace/p", "type": "proc", "source": "proc"
+        }))
+    });
+    w.script("cat /workspace/p/sys/kernel/core_pattern");
+    let o = w.run(&["--vetto-policy", "default"], "c-kproc");
+    assert!(!o.status.success(), "{}", out(&o));
+    assert!(
+        w.last_error().contains("a proc mount at /workspace/p"),
+        "{}",
+        w.last_error()
+    );
+    assert!(w.nothing_left("c-kproc"));
+    w.edit(|v| {
+        v["mounts"]
+            .as_array_mut()
+            .expect("mounts")
+            .retain(|m| m["destination"] != json!("/workspace/p"))
+    });
+    w.script(
+        "busybox chmod 4777 /bin/busybox 2>/dev/null && echo IMAGE-CHMOD; \
+         busybox touch -d 200001010000 /etc 2>/dev/null && echo IMAGE-UTIMES; \
+         busybox chmod 600 /workspace/code.py 2>/dev/null && echo HOST-CHMOD; echo end",
+    );
+    let o = w.run(&["--vetto-policy", "read-only"], "c-meta");
+    assert_eq!(out(&o), "end\n", "{}", err(&o));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(w.ws().join("code.py"))
+        .expect("meta")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644, "the host file's mode changed");
+}
+
 /// Issue 10, item 6: a shared bind would carry vetto's masks out to the host (and a host
 /// unmount back in); a hardened bundle with one is refused before anything is mounted.
 #[test]
