@@ -710,6 +710,17 @@ pub fn harden(
         .filter(|p| p.value.starts_with("~/"))
         .collect();
     let homes = account_homes();
+    // Every host bind as (canonical source, destination), for masks that one bind's scan
+    // finds and another bind shows.
+    let bind_pairs: Vec<(PathBuf, String)> = mounts
+        .iter()
+        .filter(|m| is_bind(m))
+        .filter_map(|m| {
+            let dst = m.get("destination").and_then(Value::as_str)?;
+            (dst.starts_with('/') && !beneath(dst, "/proc") && !beneath(dst, "/sys"))
+                .then(|| Some((bind_source(m)?, dst.to_string())))?
+        })
+        .collect();
     for (i, m) in mounts.iter().enumerate() {
         let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
         if !dst.starts_with('/') || beneath(dst, "/proc") || beneath(dst, "/sys") {
@@ -768,7 +779,12 @@ pub fn harden(
             };
             if meta.is_some() {
                 let mut found = secrets::scan(&patterns, home, &src)?;
-                for h in homes.iter().filter(|h| h.starts_with(&src) && *h != home) {
+                // Accounts' homes inside the bind, and the one the bind lies in (a bind of
+                // another account's `~/.aws`).
+                for h in homes
+                    .iter()
+                    .filter(|h| (h.starts_with(&src) || src.starts_with(h)) && *h != home)
+                {
                     for f in secrets::scan(&home_patterns, h, h)? {
                         if !found.iter().any(|x| x.path == f.path) {
                             found.push(f);
@@ -776,25 +792,47 @@ pub fn harden(
                     }
                 }
                 for found in found {
-                    let Ok(rel) = found.path.strip_prefix(&src) else {
-                        continue; // a symlink's target outside the bind: not visible here
-                    };
-                    let inside = Path::new(dst).join(rel);
-                    extra.push(match found.kind {
-                        MaskKind::File => json!({
-                            "destination": inside, "type": "bind", "source": "/dev/null",
-                            "options": ["bind", "ro", "nosuid", "noexec"]
-                        }),
-                        MaskKind::Dir => json!({
-                            "destination": inside, "type": "tmpfs", "source": "tmpfs",
-                            "options": ["ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k"]
-                        }),
-                    });
-                    masks.push(Mask {
-                        path: inside,
-                        kind: found.kind,
-                        host: found.path.clone(),
-                    });
+                    if src.starts_with(&found.path) {
+                        return Err(ContainerError::Refused {
+                            policy: policy_name.to_string(),
+                            reasons: vec![format!(
+                                "a bind of {} (at {dst}), which is or lies in the secret {} (pattern `{}`)",
+                                src.display(),
+                                found.path.display(),
+                                found.pattern
+                            )],
+                        });
+                    }
+                    // Masked wherever a bind shows it: a `.env` that links into another
+                    // bind's tree masks the target there too.
+                    for (bsrc, bdst) in &bind_pairs {
+                        let Ok(rel) = found.path.strip_prefix(bsrc) else {
+                            continue;
+                        };
+                        let inside = if rel.as_os_str().is_empty() {
+                            Path::new(bdst).to_path_buf()
+                        } else {
+                            Path::new(bdst).join(rel)
+                        };
+                        if masks.iter().any(|m| m.path == inside) {
+                            continue;
+                        }
+                        extra.push(match found.kind {
+                            MaskKind::File => json!({
+                                "destination": inside, "type": "bind", "source": "/dev/null",
+                                "options": ["bind", "ro", "nosuid", "noexec"]
+                            }),
+                            MaskKind::Dir => json!({
+                                "destination": inside, "type": "tmpfs", "source": "tmpfs",
+                                "options": ["ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k"]
+                            }),
+                        });
+                        masks.push(Mask {
+                            path: inside,
+                            kind: found.kind,
+                            host: found.path.clone(),
+                        });
+                    }
                 }
                 if writable && policy.project.value != ProjectAccess::Read {
                     for p in &policy.protected {
@@ -1211,6 +1249,54 @@ mod tests {
                 .contains("write-no-delete bind at /home/proj beneath the fully writable /home"),
             "{e}"
         );
+    }
+
+    /// Issue 10, item 7: a bind whose source is (or lies in) a secret directory is refused,
+    /// naming the secret, instead of failing later with "changed during create".
+    #[test]
+    fn a_bind_of_a_secret_is_refused_by_name() {
+        let home = tempfile::tempdir().expect("tmp");
+        let home = home.path().canonicalize().expect("c");
+        std::fs::create_dir_all(home.join(".aws/sub")).expect("mk");
+        std::fs::write(home.join(".aws/credentials"), "k").expect("w");
+        let policy = resolve_host_policy("default").expect("policy");
+        for src in [home.join(".aws"), home.join(".aws/sub")] {
+            let mut s = base(json!([
+                {"destination": "/creds", "type": "bind", "source": src, "options": ["rbind", "ro"]}
+            ]));
+            let e = harden(&mut s, &policy, "default", &home).expect_err("refused");
+            assert!(
+                e.to_string().contains(&format!(
+                    "which is or lies in the secret {}",
+                    home.join(".aws").display()
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    /// Issue 10, item 7: a `.env` that links into another bind's tree is masked where that
+    /// bind shows its target.
+    #[test]
+    fn secret_reached_through_a_symlink_into_another_bind_is_masked_there() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().canonicalize().expect("c");
+        std::fs::create_dir_all(root.join("a")).expect("mk");
+        std::fs::create_dir_all(root.join("shared")).expect("mk");
+        std::fs::write(root.join("shared/app.conf"), "TOKEN=1").expect("w");
+        std::os::unix::fs::symlink("../shared/app.conf", root.join("a/.env")).expect("ln");
+        let mut s = base(json!([
+            {"destination": "/a", "type": "bind", "source": root.join("a"), "options": ["rbind", "rw"]},
+            {"destination": "/b", "type": "bind", "source": root.join("shared"), "options": ["rbind", "rw"]}
+        ]));
+        let policy = resolve_host_policy("default").expect("policy");
+        let plan = harden(&mut s, &policy, "default", Path::new("/nonexistent")).expect("harden");
+        let masked: Vec<String> = plan
+            .masks
+            .iter()
+            .map(|m| m.path.display().to_string())
+            .collect();
+        assert!(masked.contains(&"/b/app.conf".to_string()), "{masked:?}");
     }
 
     #[test]
