@@ -404,6 +404,77 @@ pub fn bind_source(m: &Value) -> Option<PathBuf> {
 /// Everything in the bundle that no policy allows. Paths are judged by what they resolve
 /// to on the host (symlinks, `..`), as libcontainer will resolve them.
 pub fn refusals(spec: &Value) -> Vec<String> {
+    refusals_for(spec, &[])
+}
+
+/// Runtimes' state: a container's `state.json` names the pid that `exec` joins and `kill`
+/// signals, and vetto-shim's record holds its Landlock plan. Nothing in these may be bound
+/// writable, nor a directory holding one.
+pub const RUNTIME_STATE_DIRS: &[&str] = &[
+    "/run/vetto-shim",
+    "/run/runc",
+    "/run/crun",
+    "/run/youki",
+    "/run/containerd/runc",
+    "/run/docker/runtime-runc",
+    "/run/dbus",
+    "/run/systemd",
+];
+
+/// Engines' state (besides [`ENGINE_STATE_DIRS`]' holders): inside these only the files and
+/// directories an engine makes *for one container* may be bound writable (see
+/// [`engine_artifact`]); anything else there is another container's or the engine's own.
+pub const ENGINE_INSIDE_DIRS: &[&str] = &[
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/var/lib/containers",
+    "/var/lib/kubelet",
+    "/var/lib/rancher",
+    "/run/containerd",
+    "/run/containers",
+    "/run/libpod",
+    "/run/docker",
+];
+
+/// Is `rel` (a path inside an engine's state directory) something the engine made for one
+/// container, that the container may get writable? Recognised by shape:
+/// - `…/<container id>/…/{hosts,hostname,resolv.conf,.containerenv,shm,secrets}`: the files
+///   Docker, Podman and containerd's CRI bind into a container (`/etc/hosts`, `/dev/shm`, …),
+///   under a directory named by a 64-hex-digit id;
+/// - `volumes/<name>/_data` and beneath: Docker and Podman named volumes;
+/// - `pods/<uid>/{volumes,volume-subpaths,containers,etc-hosts}…`: kubelet's pod volumes, and
+///   its per-container termination-log files and hosts file.
+pub fn engine_artifact(rel: &Path) -> bool {
+    let c: Vec<&str> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => n.to_str(),
+            _ => None,
+        })
+        .collect();
+    let hex_id = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if let Some(i) = c.iter().position(|s| *s == "volumes") {
+        if c.get(i + 2) == Some(&"_data") {
+            return true;
+        }
+    }
+    if c.first() == Some(&"pods")
+        && c.len() >= 3
+        && matches!(
+            c[2],
+            "volumes" | "volume-subpaths" | "containers" | "etc-hosts"
+        )
+    {
+        return true;
+    }
+    matches!(
+        c.last(),
+        Some(&("hosts" | "hostname" | "resolv.conf" | ".containerenv" | "shm" | "secrets"))
+    ) && c.iter().any(|s| hex_id(s))
+}
+
+/// [`refusals`], with this runtime's own state root(s) judged like the well-known ones.
+pub fn refusals_for(spec: &Value, state_roots: &[PathBuf]) -> Vec<String> {
     let mut out = vec![];
     // Judge capabilities as libcontainer will read them.
     let mut process = spec.get("process").cloned().unwrap_or(Value::Null);
@@ -495,6 +566,13 @@ pub fn refusals(spec: &Value) -> Vec<String> {
             .collect()
     };
     let (system, engine) = (resolve(SYSTEM_DIRS), resolve(ENGINE_STATE_DIRS));
+    let inside = resolve(ENGINE_INSIDE_DIRS);
+    let mut runtime = resolve(RUNTIME_STATE_DIRS);
+    runtime.extend(
+        state_roots
+            .iter()
+            .filter_map(|r| crate::host::canonical_beyond(r).ok()),
+    );
     if let Some(p @ ("shared" | "rshared")) = spec
         .pointer("/linux/rootfsPropagation")
         .and_then(Value::as_str)
@@ -589,6 +667,22 @@ pub fn refusals(spec: &Value) -> Vec<String> {
                     "a writable bind of {shown} (at {dst}), which is or holds the host's {}",
                     d.display()
                 ));
+            } else if let Some(d) = runtime
+                .iter()
+                .find(|d| real.starts_with(d) || d.starts_with(&real))
+            {
+                out.push(format!(
+                    "a writable bind of {shown} (at {dst}), which is in or holds the runtime state {}",
+                    d.display()
+                ));
+            } else if let Some(d) = inside.iter().find(|d| real.starts_with(d) && real != **d) {
+                let rel = real.strip_prefix(d).unwrap_or(&real);
+                if !engine_artifact(rel) {
+                    out.push(format!(
+                        "a writable bind of {shown} (at {dst}), inside the engine state {}: only what an engine makes for one container (hosts, hostname, resolv.conf, .containerenv, shm, secrets under a container id; volumes' _data; kubelet pod volumes) may be writable",
+                        d.display()
+                    ));
+                }
             }
         }
     }
@@ -635,16 +729,19 @@ fn relative_inside(rel: &str) -> Option<PathBuf> {
 }
 
 /// Harden `spec` (the JSON of a bundle's `config.json`) in place with `policy`.
+/// `state_roots`: this runtime's own state root(s) (wherever `--root` puts them), judged
+/// like the runtimes' well-known ones.
 pub fn harden(
     spec: &mut Value,
     policy: &Policy,
     policy_name: &str,
     home: &Path,
+    state_roots: &[PathBuf],
 ) -> Result<ContainerPlan, ContainerError> {
     if !spec.is_object() {
         return Err(ContainerError::Malformed("not a JSON object".into()));
     }
-    let reasons = refusals(spec);
+    let reasons = refusals_for(spec, state_roots);
     if !reasons.is_empty() {
         return Err(ContainerError::Refused {
             policy: policy_name.to_string(),
@@ -995,7 +1092,8 @@ mod tests {
             "{all}"
         );
         let policy = resolve_host_policy("default").expect("policy");
-        let e = harden(&mut s, &policy, "default", Path::new("/nonexistent")).expect_err("refused");
+        let e = harden(&mut s, &policy, "default", Path::new("/nonexistent"), &[])
+            .expect_err("refused");
         assert!(
             e.to_string()
                 .starts_with("refused by vetto policy \"default\": a privileged container"),
@@ -1161,7 +1259,7 @@ mod tests {
         ]));
         s["process"]["capabilities"]["bounding"] = json!(["CAP_CHOWN", "CAP_MKNOD"]);
         let policy = resolve_host_policy("default").expect("policy");
-        harden(&mut s, &policy, "default", Path::new("/nonexistent")).expect("harden");
+        harden(&mut s, &policy, "default", Path::new("/nonexistent"), &[]).expect("harden");
         let mounts = s["mounts"].as_array().expect("mounts");
         assert!(
             !mounts
@@ -1217,7 +1315,14 @@ mod tests {
             {"destination": "/home/proj", "type": "bind", "source": ws.path(), "options": ["rbind", "rw"]}
         ]));
         let read_only = resolve_host_policy("read-only").expect("policy");
-        harden(&mut s, &read_only, "read-only", Path::new("/nonexistent")).expect("harden");
+        harden(
+            &mut s,
+            &read_only,
+            "read-only",
+            Path::new("/nonexistent"),
+            &[],
+        )
+        .expect("harden");
         let mounts = s["mounts"].as_array().expect("mounts");
         let proj = mounts
             .iter()
@@ -1243,7 +1348,7 @@ mod tests {
         let nd = resolve_host_policy("default").expect("policy");
         let mut nd = nd;
         nd.project.value = ProjectAccess::WriteNoDelete;
-        let e = harden(&mut s, &nd, "nd", Path::new("/nonexistent")).expect_err("refused");
+        let e = harden(&mut s, &nd, "nd", Path::new("/nonexistent"), &[]).expect_err("refused");
         assert!(
             e.to_string()
                 .contains("write-no-delete bind at /home/proj beneath the fully writable /home"),
@@ -1264,7 +1369,7 @@ mod tests {
             let mut s = base(json!([
                 {"destination": "/creds", "type": "bind", "source": src, "options": ["rbind", "ro"]}
             ]));
-            let e = harden(&mut s, &policy, "default", &home).expect_err("refused");
+            let e = harden(&mut s, &policy, "default", &home, &[]).expect_err("refused");
             assert!(
                 e.to_string().contains(&format!(
                     "which is or lies in the secret {}",
@@ -1290,13 +1395,60 @@ mod tests {
             {"destination": "/b", "type": "bind", "source": root.join("shared"), "options": ["rbind", "rw"]}
         ]));
         let policy = resolve_host_policy("default").expect("policy");
-        let plan = harden(&mut s, &policy, "default", Path::new("/nonexistent")).expect("harden");
+        let plan =
+            harden(&mut s, &policy, "default", Path::new("/nonexistent"), &[]).expect("harden");
         let masked: Vec<String> = plan
             .masks
             .iter()
             .map(|m| m.path.display().to_string())
             .collect();
         assert!(masked.contains(&"/b/app.conf".to_string()), "{masked:?}");
+    }
+
+    /// Issue 10, item 1: runtime state (vetto-shim's own root wherever it is, runc's, …) is
+    /// never bound writable; inside an engine's state only per-container artefacts are.
+    #[test]
+    fn runtime_and_engine_state_cannot_be_bound_writable() {
+        let own = tempfile::tempdir().expect("tmp");
+        let own = own.path().canonicalize().expect("c");
+        std::fs::create_dir_all(own.join(".vetto/victim")).expect("mk");
+        for src in [own.clone(), own.join(".vetto"), own.join(".vetto/victim")] {
+            let s = base(json!([
+                {"destination": "/v", "type": "bind", "source": src, "options": ["rbind", "rw"]}
+            ]));
+            let all = refusals_for(&s, std::slice::from_ref(&own)).join("\n");
+            assert!(all.contains("runtime state"), "{}: {all}", src.display());
+            // Read-only is not a way in for writes (it is the caller's choice to show it).
+            let s = base(json!([
+                {"destination": "/v", "type": "bind", "source": src, "options": ["rbind", "ro"]}
+            ]));
+            assert!(refusals_for(&s, std::slice::from_ref(&own)).is_empty());
+        }
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        for ok in [
+            format!("containers/{id}/hosts"),
+            format!("containers/{id}/mounts/shm"),
+            format!("overlay-containers/{id}/userdata/resolv.conf"),
+            format!("overlay-containers/{id}/userdata/run/secrets"),
+            "volumes/cache/_data".to_string(),
+            "volumes/cache/_data/sub".to_string(),
+            "pods/7f1c/volumes/kubernetes.io~empty-dir/scratch".to_string(),
+            format!("io.containerd.grpc.v1.cri/sandboxes/{id}/shm"),
+        ] {
+            assert!(engine_artifact(Path::new(&ok)), "{ok}");
+        }
+        for bad in [
+            format!("containers/{id}"),
+            format!("containers/{id}/config.v2.json"),
+            "containers".to_string(),
+            "overlay-containers".to_string(),
+            "volumes".to_string(),
+            "volumes/cache".to_string(),
+            "hosts".to_string(),
+            "storage/overlay".to_string(),
+        ] {
+            assert!(!engine_artifact(Path::new(&bad)), "{bad}");
+        }
     }
 
     #[test]
@@ -1330,7 +1482,8 @@ mod tests {
             {"destination": "/ro", "type": "bind", "source": ws.path(), "options": ["rbind", "ro"]}
         ]));
         let policy = resolve_host_policy("default").expect("policy");
-        let plan = harden(&mut s, &policy, "default", Path::new("/nonexistent")).expect("harden");
+        let plan =
+            harden(&mut s, &policy, "default", Path::new("/nonexistent"), &[]).expect("harden");
         assert_eq!(s["process"]["noNewPrivileges"], json!(true));
         let env = strs(s.pointer("/process/env"));
         assert!(env.contains(&"PATH=/bin".to_string()));
@@ -1383,7 +1536,8 @@ mod tests {
             {"destination": "/workspace", "type": "bind", "source": ws.path(), "options": ["rbind"]}
         ]));
         let policy = resolve_host_policy("read-only").expect("policy");
-        let plan = harden(&mut s, &policy, "read-only", Path::new("/nonexistent")).expect("harden");
+        let plan =
+            harden(&mut s, &policy, "read-only", Path::new("/nonexistent"), &[]).expect("harden");
         assert!(!plan
             .landlock
             .rules

@@ -453,6 +453,109 @@ fn kernel_fs_beneath_binds_and_metadata_changes_are_refused() {
     assert_eq!(mode & 0o777, 0o644, "the host file's mode changed");
 }
 
+/// Issue 10, item 1: the runtime's own state cannot be bound writable into a hardened
+/// container, and a tampered state file cannot redirect `exec`/`kill` to a host process.
+#[test]
+fn runtime_state_is_neither_bindable_nor_trusted_blindly() {
+    let Some(w) = World::new() else { return };
+    w.script("sleep 300");
+    let b = w.bundle();
+    let st = w.shim_detached(&[
+        "--vetto-policy",
+        "default",
+        "create",
+        "--bundle",
+        b.to_str().expect("utf8"),
+        "victim",
+    ]);
+    assert!(st.success(), "create: {}", w.last_error());
+    // A second container asks for the state root (and the victim's record) writable.
+    let root = w.root();
+    for src in [root.clone(), root.join(".vetto/victim")] {
+        let w2 = World::new().expect("world");
+        w2.edit(|v| {
+            v["mounts"].as_array_mut().expect("mounts").push(json!({
+                "destination": "/v", "type": "bind", "source": src, "options": ["rbind", "rw"]
+            }))
+        });
+        w2.script("true");
+        // Same state root as the victim's.
+        let b2 = w2.bundle();
+        let o = w.shim(&[
+            "--vetto-policy",
+            "default",
+            "run",
+            "--bundle",
+            b2.to_str().expect("utf8"),
+            "attacker",
+        ]);
+        assert!(!o.status.success(), "{}", out(&o));
+        assert!(
+            w.last_error().contains("runtime state"),
+            "{}",
+            w.last_error()
+        );
+        assert!(w.nothing_left("attacker"));
+    }
+    // A state file others can write is not used.
+    let state_path = root.join("victim/state.json");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&state_path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let o = w.shim(&["state", "victim"]);
+    assert!(!o.status.success());
+    assert!(
+        w.last_error().contains("was not written by this runtime"),
+        "{}",
+        w.last_error()
+    );
+    std::fs::set_permissions(&state_path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // state.json pointed at a host process: exec and kill refuse; delete --force removes the
+    // state without signalling it.
+    let mut host = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .expect("sleep");
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).expect("state")).expect("json");
+    let init = v["pid"].as_i64().expect("pid");
+    v["pid"] = json!(host.id());
+    std::fs::write(&state_path, v.to_string()).expect("w");
+    for args in [
+        vec!["exec", "victim", "true"],
+        vec!["kill", "victim", "KILL"],
+    ] {
+        let o = w.shim(&args);
+        assert!(!o.status.success(), "{args:?}: {}", out(&o));
+        assert!(
+            w.last_error().contains("not the init this runtime created"),
+            "{}",
+            w.last_error()
+        );
+    }
+    let o = w.shim(&["delete", "--force", "victim"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(w.nothing_left("victim"));
+    assert!(
+        host.try_wait().expect("wait").is_none(),
+        "the host process was signalled"
+    );
+    let _ = host.kill();
+    let _ = host.wait();
+    // The recorded init went with the state.
+    assert!(
+        vetto_integration::eventually(5, || {
+            let st = std::fs::read_to_string(format!("/proc/{init}/stat")).unwrap_or_default();
+            st.is_empty()
+                || st
+                    .rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().next())
+                    == Some("Z")
+        }),
+        "the container's init survived delete --force"
+    );
+}
+
 /// Issue 10, item 6: a shared bind would carry vetto's masks out to the host (and a host
 /// unmount back in); a hardened bundle with one is refused before anything is mounted.
 #[test]

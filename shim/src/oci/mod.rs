@@ -78,6 +78,17 @@ pub enum OciError {
         /// libcontainer's error.
         source: libcontainer::error::LibcontainerError,
     },
+    /// The pid in a container's state is not the init this runtime created (a tampered
+    /// state file, or the pid was reused after the init exited).
+    #[error("container \"{id}\": its state names pid {pid}, which is not the init this runtime created (pid {init}); refusing to act on it")]
+    NotOurInit {
+        /// The container.
+        id: String,
+        /// What state.json says.
+        pid: i32,
+        /// What `create` recorded.
+        init: i32,
+    },
     /// Listing a container's processes failed.
     #[error("listing the container's processes: {0}")]
     Cgroup(String),
@@ -219,7 +230,27 @@ fn load(root: &Path, id: &str) -> Result<Container, OciError> {
     if !dir.join("state.json").exists() {
         return Err(OciError::NotFound(id.to_string()));
     }
+    // What exec, kill and delete act on comes from these files: they must be ours, and the
+    // pid they name must still be the init this runtime created (not a host process a
+    // tampered state.json points at).
+    prepare::private_file(&dir.join("state.json"))?;
     let mut c = Container::load(dir).map_err(rt("loading the container state"))?;
+    let record = match ShimState::load(root, id) {
+        Ok(s) => s.init,
+        Err(OciError::NotFound(_)) => None,
+        Err(e) => return Err(e),
+    };
+    if let (Some(pid), Some((init_pid, start))) = (c.pid(), record) {
+        let pid = pid.as_raw();
+        let now = u32::try_from(pid).ok().and_then(crate::session::start_time);
+        if pid != init_pid || now.is_some_and(|t| t != start) {
+            return Err(OciError::NotOurInit {
+                id: id.to_string(),
+                pid,
+                init: init_pid,
+            });
+        }
+    }
     c.refresh_status()
         .map_err(rt("refreshing the container status"))?;
     Ok(c)
@@ -351,6 +382,18 @@ fn create(
             return Err(e);
         }
     };
+    // The init's identity, for every later command to check what state.json says.
+    let mut st = prepared.state.clone();
+    st.init = c.pid().and_then(|p| {
+        let start = u32::try_from(p.as_raw())
+            .ok()
+            .and_then(crate::session::start_time)?;
+        Some((p.as_raw(), start))
+    });
+    if let Err(e) = st.save(root, a.id) {
+        cleanup(root, a.id);
+        return Err(e);
+    }
     if let Some(net) = prepared
         .state
         .plan
@@ -363,7 +406,6 @@ fn create(
             .and_then(|pid| network::attach(pid.as_raw(), net, &prepared.dir));
         match attached {
             Ok(broker) => {
-                let mut st = prepared.state.clone();
                 st.broker_pid = Some(broker);
                 if let Err(e) = st.save(root, a.id) {
                     network::stop(broker);
@@ -744,6 +786,26 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
                     forget(&root, &a.container_id);
                 }
                 Err(OciError::NotFound(_)) if a.force => {
+                    forget(&root, &a.container_id);
+                }
+                // The recorded init is gone (so is its PID namespace); the pid in the state
+                // is someone else's: remove the state without signalling anyone.
+                Err(e @ OciError::NotOurInit { .. }) if a.force => {
+                    log.debug(&format!("delete --force: {e}; removing the state only"));
+                    // The init this runtime recorded, if it is still that process, goes
+                    // (with it, its PID namespace).
+                    if let Some((pid, start)) = ShimState::load(&root, &a.container_id)
+                        .ok()
+                        .and_then(|s| s.init)
+                    {
+                        let now = u32::try_from(pid).ok().and_then(crate::session::start_time);
+                        if now == Some(start) {
+                            // SAFETY: kill with integers, on the process whose identity
+                            // (pid and start time) create recorded.
+                            unsafe { libc::kill(pid, libc::SIGKILL) };
+                        }
+                    }
+                    let _ = std::fs::remove_dir_all(root.join(&a.container_id));
                     forget(&root, &a.container_id);
                 }
                 Err(e) => return Err(e),

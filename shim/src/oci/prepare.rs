@@ -78,6 +78,50 @@ pub struct ShimState {
     /// The network broker's pid, when one was attached.
     #[serde(default)]
     pub broker_pid: Option<i32>,
+    /// The init's pid and start time (clock ticks since boot) when it was created: what a
+    /// later command reads back as the container's pid must still be that process.
+    #[serde(default)]
+    pub init: Option<(i32, u64)>,
+}
+
+/// A state file this runtime reads back must be what it wrote: a regular file (not a symlink)
+/// owned by this runtime's uid and writable by nobody else, in a directory likewise. A file
+/// that is absent is left to the caller (not found).
+pub fn private_file(path: &Path) -> Result<(), OciError> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let bad = |what: &str| {
+        OciError::Config(format!(
+            "state file {}: {what}; it was not written by this runtime, refusing to use it",
+            path.display()
+        ))
+    };
+    for (p, dir) in [(path, false), (path.parent().unwrap_or(path), true)] {
+        match std::fs::symlink_metadata(p) {
+            Ok(m) => {
+                if m.file_type().is_symlink() || m.is_dir() != dir {
+                    return Err(bad("not a plain file in a plain directory"));
+                }
+                if m.uid() != me || m.mode() & 0o022 != 0 {
+                    return Err(bad(&format!(
+                        "owned by uid {} with mode {:o}",
+                        m.uid(),
+                        m.mode() & 0o7777
+                    )));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => {
+                return Err(OciError::Io {
+                    what: "checking a state file",
+                    path: p.to_path_buf(),
+                    source: e,
+                })
+            }
+        }
+    }
+    Ok(())
 }
 
 /// vetto's directory for one container.
@@ -89,6 +133,7 @@ impl ShimState {
     /// Reads the record of `id`.
     pub fn load(root: &Path, id: &str) -> Result<ShimState, OciError> {
         let path = shim_dir(root, id).join("vetto.json");
+        private_file(&path)?;
         let text = std::fs::read_to_string(&path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 OciError::NotFound(id.to_string())
@@ -451,7 +496,13 @@ pub fn prepare(
         Some(sel) => {
             let policy = container::resolve_host_policy(sel)?;
             network_mode = policy.network.value.to_string();
-            Some(container::harden(&mut spec, &policy, sel, &home_dir())?)
+            Some(container::harden(
+                &mut spec,
+                &policy,
+                sel,
+                &home_dir(),
+                &[root.to_path_buf()],
+            )?)
         }
         None => None,
     };
@@ -516,6 +567,7 @@ pub fn prepare(
         restore_caps,
         network_mode,
         broker_pid: None,
+        init: None,
     };
     let executor = state.executor()?;
     let summary = match &state.plan {
