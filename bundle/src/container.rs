@@ -133,9 +133,9 @@ pub struct ContainerPlan {
 pub struct BindCheck {
     /// Path inside the container.
     pub path: PathBuf,
-    /// Device of the checked host directory.
+    /// Device of the checked host file or directory.
     pub dev: u64,
-    /// Inode of the checked host directory.
+    /// Inode of the checked host file or directory.
     pub ino: u64,
 }
 
@@ -473,8 +473,78 @@ pub fn engine_artifact(rel: &Path) -> bool {
     ) && c.iter().any(|s| hex_id(s))
 }
 
+/// A bind source resolved once: its canonical path and the (device, inode, is a directory)
+/// of the object that path named when it was opened (`O_PATH | O_NOFOLLOW`) and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSource {
+    /// Canonical host path.
+    pub path: PathBuf,
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// A directory (else a file).
+    pub dir: bool,
+}
+
+/// Resolve a bind's source once: canonicalize, open the result without following a final
+/// symlink, and confirm through the descriptor that the object opened is at that path (a
+/// rename between the two steps is seen). `None`: it does not resolve (or kept changing).
+pub fn resolve_source(m: &Value) -> Option<ResolvedSource> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let src = m.get("source").and_then(Value::as_str)?;
+    let path = Path::new(src).canonicalize().ok()?;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a valid C string; O_PATH opens nothing for I/O.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor the kernel just returned; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let at = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    if at != path {
+        return None;
+    }
+    // SAFETY: fstat fills a zeroed struct we own; the descriptor is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
+    Some(ResolvedSource {
+        path,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        dir: st.st_mode & libc::S_IFMT == libc::S_IFDIR,
+    })
+}
+
+/// Every mount's source resolved once ([`resolve_source`]; `None` for non-binds).
+pub fn resolve_sources(spec: &Value) -> Vec<Option<ResolvedSource>> {
+    items(spec, "/mounts")
+        .map(|m| if is_bind(m) { resolve_source(m) } else { None })
+        .collect()
+}
+
 /// [`refusals`], with this runtime's own state root(s) judged like the well-known ones.
 pub fn refusals_for(spec: &Value, state_roots: &[PathBuf]) -> Vec<String> {
+    refusals_resolved(spec, state_roots, &resolve_sources(spec))
+}
+
+/// [`refusals_for`] on sources already resolved (index-aligned with `mounts`): the paths
+/// judged are the paths that are then mounted and checked by inode in the init.
+pub fn refusals_resolved(
+    spec: &Value,
+    state_roots: &[PathBuf],
+    resolved: &[Option<ResolvedSource>],
+) -> Vec<String> {
     let mut out = vec![];
     // Judge capabilities as libcontainer will read them.
     let mut process = spec.get("process").cloned().unwrap_or(Value::Null);
@@ -581,7 +651,7 @@ pub fn refusals_for(spec: &Value, state_roots: &[PathBuf]) -> Vec<String> {
             "rootfsPropagation {p} (mounts made inside would reach the host); use private or slave"
         ));
     }
-    for m in items(spec, "/mounts") {
+    for (i, m) in items(spec, "/mounts").enumerate() {
         let dst = m.get("destination").and_then(Value::as_str).unwrap_or("");
         if !dst.starts_with('/') {
             out.push(format!("a mount at the relative path {dst:?}"));
@@ -621,7 +691,7 @@ pub fn refusals_for(spec: &Value, state_roots: &[PathBuf]) -> Vec<String> {
                 "a bind of {src} (at {dst}) with {o} propagation (vetto's masks would appear on the host, and a host unmount would uncover them); use private or slave"
             ));
         }
-        let Some(real) = bind_source(m) else {
+        let Some(real) = resolved.get(i).cloned().flatten().map(|r| r.path) else {
             out.push(format!(
                 "a bind of {src} (at {dst}), which does not resolve"
             ));
@@ -741,7 +811,10 @@ pub fn harden(
     if !spec.is_object() {
         return Err(ContainerError::Malformed("not a JSON object".into()));
     }
-    let reasons = refusals_for(spec, state_roots);
+    // Every bind source resolved once: what is judged is what is written back, recorded by
+    // inode, and checked again in the container's init after libcontainer mounted it.
+    let resolved = resolve_sources(spec);
+    let reasons = refusals_resolved(spec, state_roots, &resolved);
     if !reasons.is_empty() {
         return Err(ContainerError::Refused {
             policy: policy_name.to_string(),
@@ -855,20 +928,19 @@ pub fn harden(
             if opts != strs(m.get("options")) {
                 option_edits.push((i, opts));
             }
-            // Resolved once, here, and written back: what was checked is what is mounted.
-            let Some(src) = bind_source(m) else {
+            // Resolved once (above), written back, and checked by inode in the init, for
+            // files and directories alike.
+            let Some(r) = resolved.get(i).cloned().flatten() else {
                 continue;
             };
+            let src = r.path.clone();
             canonical.push((i, src.clone()));
-            let meta = std::fs::metadata(&src).ok().filter(|m| m.is_dir());
-            if let Some(meta) = &meta {
-                use std::os::unix::fs::MetadataExt;
-                binds.push(BindCheck {
-                    path: dst.into(),
-                    dev: meta.dev(),
-                    ino: meta.ino(),
-                });
-            }
+            binds.push(BindCheck {
+                path: dst.into(),
+                dev: r.dev,
+                ino: r.ino,
+            });
+            let meta = r.dir.then_some(());
             // A path beneath the bind that really is there (no symlink on the way).
             let real_beneath = |rel: &Path| {
                 let p = src.join(rel);
@@ -1019,6 +1091,8 @@ pub fn harden(
             }
         }
     }
+    // A bind whose destination a mask covers shows the mask, not the bind: nothing to check.
+    binds.retain(|b| !masks.iter().any(|m| m.path == b.path));
     if let Some(arr) = spec.get_mut("mounts").and_then(Value::as_array_mut) {
         for (i, opts) in option_edits {
             if let Some(m) = arr.get_mut(i) {

@@ -556,6 +556,55 @@ fn runtime_state_is_neither_bindable_nor_trusted_blindly() {
     );
 }
 
+/// Issue 10, item 2: a bind source swapped during `create` (a directory on its path exchanged
+/// with a symlink into a refused place) is never mounted: files and directories are resolved
+/// once, judged on that resolution, and checked by inode after libcontainer mounted them.
+#[test]
+fn bind_sources_swapped_during_create_are_never_mounted() {
+    let Some(w) = World::new() else { return };
+    let ws = w.ws();
+    std::fs::create_dir_all(ws.join("cur")).expect("mk");
+    std::fs::write(ws.join("cur/hostname"), "checked\n").expect("w");
+    // The other side of the swap lies in the runtime's state root: a writable bind of it is
+    // refused, so whenever it is mounted, a source was swapped after it was checked.
+    let decoy = w.root().join("decoy");
+    std::fs::create_dir_all(&decoy).expect("mk");
+    std::fs::write(decoy.join("hostname"), "decoy\n").expect("w");
+    std::os::unix::fs::symlink(&decoy, ws.join("alt")).expect("ln");
+    // A file bind (directories were already checked by inode before this fix).
+    let file_src = ws.join("cur/hostname");
+    w.edit(|v| {
+        let m = v["mounts"].as_array_mut().expect("mounts");
+        m.push(json!({"destination": "/h", "type": "bind", "source": file_src, "options": ["rbind", "rw"]}));
+    });
+    w.script("cat /h");
+    let racer = format!(
+        "import ctypes, time\nlibc = ctypes.CDLL(None, use_errno=True)\nend = time.time() + 30\n\
+         while time.time() < end:\n    libc.renameat2(-100, b'{p}/cur', -100, b'{p}/alt', 2)\n",
+        p = ws.display()
+    );
+    let mut child = Command::new("python3")
+        .args(["-c", &racer])
+        .spawn()
+        .expect("racer");
+    let (mut ran, mut refused) = (0, 0);
+    for i in 0..16 {
+        let o = w.run(&["--vetto-policy", "default"], &format!("c-race-{i}"));
+        let s = out(&o);
+        assert!(!s.contains("decoy"), "a swapped source was mounted: {s}");
+        if o.status.success() {
+            assert_eq!(s, "checked\n");
+            ran += 1;
+        } else {
+            refused += 1;
+        }
+        let _ = w.shim(&["delete", "--force", &format!("c-race-{i}")]);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!("{ran} ran, {refused} refused");
+}
+
 /// Issue 10, item 6: a shared bind would carry vetto's masks out to the host (and a host
 /// unmount back in); a hardened bundle with one is refused before anything is mounted.
 #[test]

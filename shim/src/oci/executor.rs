@@ -73,7 +73,7 @@ impl Executor for OciExecutor {
                 std::fs::metadata(&b.path).is_ok_and(|m| m.dev() == b.dev && m.ino() == b.ino);
             if !same {
                 return Err(invalid(format!(
-                    "bind {}: the mounted directory is not the host directory that was checked (it changed during create)",
+                    "bind {}: the mounted file or directory is not the host object that was checked (a path on the way to it was renamed or replaced during create)",
                     b.path.display()
                 )));
             }
