@@ -349,21 +349,9 @@ impl Dir {
             }
             let is_dir = match d_type {
                 libc::DT_DIR => true,
-                libc::DT_UNKNOWN => {
-                    let c = std::ffi::CString::new(name.clone()).unwrap_or_default();
-                    // SAFETY: fstatat fills a zeroed struct we own.
-                    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                    // SAFETY: a valid directory descriptor, C string and out pointer.
-                    let r = unsafe {
-                        libc::fstatat(
-                            self.fd.as_raw_fd(),
-                            c.as_ptr(),
-                            &mut st,
-                            libc::AT_SYMLINK_NOFOLLOW,
-                        )
-                    };
-                    r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
-                }
+                libc::DT_UNKNOWN => self
+                    .stat_child(std::ffi::OsStr::from_bytes(&name))
+                    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
                 _ => false,
             };
             out.push((std::ffi::OsStr::from_bytes(&name).to_os_string(), is_dir));

@@ -72,13 +72,17 @@ const FSMOUNT_CLOEXEC: u32 = 0x1;
 const FSCONFIG_SET_STRING: u32 = 1;
 const FSCONFIG_CMD_CREATE: u32 = 6;
 
-/// `struct mount_attr`.
+/// `struct mount_attr` of mount_setattr(2).
 #[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+pub struct MountAttr {
+    /// Attributes to set.
+    pub attr_set: u64,
+    /// Attributes to clear.
+    pub attr_clr: u64,
+    /// Propagation type.
+    pub propagation: u64,
+    /// User namespace for idmapped mounts.
+    pub userns_fd: u64,
 }
 
 fn os(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> MountError {

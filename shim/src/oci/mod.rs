@@ -29,6 +29,7 @@ use libcontainer::signal::Signal;
 use libcontainer::syscall::syscall::SyscallType;
 use liboci_cli::{CommonCmd, GlobalOpts, StandardCmd};
 use serde_json::{json, Value};
+use vetto_hooks::mounts::MountAttr;
 
 use self::log::Logger;
 use self::prepare::{shim_dir, ShimState};
@@ -883,15 +884,6 @@ fn raw_log_args(args: &[String]) -> (Option<PathBuf>, Option<String>) {
 
 /// Set in the environment of the re-executed runtime: never re-execute twice.
 const SEALED_ENV: &str = "_VETTO_SHIM_READ_ONLY_EXE";
-
-/// The `struct mount_attr` of mount_setattr(2).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 fn exe_on_read_only_mount() -> bool {
     // SAFETY: statvfs fills a zeroed struct we own; the magic link names the running file.
