@@ -395,12 +395,6 @@ fn ns_id(path: &str) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// The canonical host path of a bind's source (`None` if it does not resolve).
-pub fn bind_source(m: &Value) -> Option<PathBuf> {
-    let src = m.get("source").and_then(Value::as_str)?;
-    Path::new(src).canonicalize().ok()
-}
-
 /// Everything in the bundle that no policy allows. Paths are judged by what they resolve
 /// to on the host (symlinks, `..`), as libcontainer will resolve them.
 pub fn refusals(spec: &Value) -> Vec<String> {
@@ -882,13 +876,15 @@ pub fn harden(
     let homes = account_homes();
     // Every host bind as (canonical source, destination), for masks that one bind's scan
     // finds and another bind shows.
+    // The same resolution as everything else here (`resolved`, index-aligned with `mounts`).
     let bind_pairs: Vec<(PathBuf, String)> = mounts
         .iter()
-        .filter(|m| is_bind(m))
-        .filter_map(|m| {
+        .zip(&resolved)
+        .filter_map(|(m, r)| {
             let dst = m.get("destination").and_then(Value::as_str)?;
+            let r = r.as_ref()?;
             (dst.starts_with('/') && !beneath(dst, "/proc") && !beneath(dst, "/sys"))
-                .then(|| Some((bind_source(m)?, dst.to_string())))?
+                .then(|| (r.path.clone(), dst.to_string()))
         })
         .collect();
     for (i, m) in mounts.iter().enumerate() {
@@ -940,13 +936,12 @@ pub fn harden(
                 dev: r.dev,
                 ino: r.ino,
             });
-            let meta = r.dir.then_some(());
             // A path beneath the bind that really is there (no symlink on the way).
             let real_beneath = |rel: &Path| {
                 let p = src.join(rel);
                 (p.canonicalize().ok().as_ref() == Some(&p)).then_some(p)
             };
-            if meta.is_some() {
+            if r.dir {
                 let mut found = secrets::scan(&patterns, home, &src)?;
                 // Accounts' homes inside the bind, and the one the bind lies in (a bind of
                 // another account's `~/.aws`).
@@ -975,13 +970,10 @@ pub fn harden(
                     // Masked wherever a bind shows it: a `.env` that links into another
                     // bind's tree masks the target there too.
                     for (bsrc, bdst) in &bind_pairs {
-                        let Ok(rel) = found.path.strip_prefix(bsrc) else {
+                        let Some(inside) =
+                            crate::translate::shown_at(&found.path, bsrc, Path::new(bdst))
+                        else {
                             continue;
-                        };
-                        let inside = if rel.as_os_str().is_empty() {
-                            Path::new(bdst).to_path_buf()
-                        } else {
-                            Path::new(bdst).join(rel)
                         };
                         if masks.iter().any(|m| m.path == inside) {
                             continue;

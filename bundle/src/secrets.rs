@@ -259,13 +259,17 @@ impl Dir {
         })
     }
 
+    /// A name as a C string (a NUL inside is EINVAL, as the kernel would say).
+    fn c_name(b: &[u8]) -> std::io::Result<std::ffi::CString> {
+        std::ffi::CString::new(b).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
     const FLAGS: libc::c_int =
         libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
 
     fn open_path(p: &Path) -> std::io::Result<Self> {
         use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        let c = Self::c_name(p.as_os_str().as_bytes())?;
         // SAFETY: a valid C string.
         Self::from_fd(unsafe { libc::open(c.as_ptr(), Self::FLAGS) })
     }
@@ -273,8 +277,7 @@ impl Dir {
     fn open_child(&self, name: &std::ffi::OsStr) -> std::io::Result<Self> {
         use std::os::fd::AsRawFd;
         use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(name.as_bytes())
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        let c = Self::c_name(name.as_bytes())?;
         // SAFETY: a valid directory descriptor and C string.
         Self::from_fd(unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), Self::FLAGS) })
     }
@@ -283,8 +286,7 @@ impl Dir {
     fn stat_child(&self, name: &std::ffi::OsStr) -> std::io::Result<libc::stat> {
         use std::os::fd::AsRawFd;
         use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(name.as_bytes())
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        let c = Self::c_name(name.as_bytes())?;
         // SAFETY: fstatat fills a zeroed struct we own.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: a valid directory descriptor, C string and out pointer.
@@ -375,16 +377,10 @@ fn scan_attempt(
         compiled.push((compile(&p.value, home, project)?, *p));
     }
     let mut found: Vec<SecretMatch> = vec![];
-    let mut push = |m: SecretMatch| {
-        if !found.iter().any(|f| f.path == m.path) {
+    let mut add = |m: Option<SecretMatch>| {
+        if let Some(m) = m.filter(|m| !found.iter().any(|f| f.path == m.path)) {
             found.push(m);
         }
-    };
-    let mut add = |path: &Path, pat: &Sourced<String>| -> Result<(), TranslateError> {
-        if let Some(m) = resolve_match(path, pat)? {
-            push(m);
-        }
-        Ok(())
     };
     let names: Vec<_> = compiled
         .iter()
@@ -398,7 +394,7 @@ fn scan_attempt(
             if let NameMatch::Literal(name) = last {
                 let p = dir.join(name);
                 if p.symlink_metadata().is_ok() {
-                    add(&p, s)?;
+                    add(resolve_match(&p, s)?);
                 }
                 continue;
             }
@@ -407,14 +403,16 @@ fn scan_attempt(
             };
             for e in rd.flatten() {
                 if last.is_match(&e.file_name()) {
-                    add(&e.path(), s)?;
+                    add(resolve_match(&e.path(), s)?);
                 }
             }
         }
     }
     // Set when an entry listed a moment ago is gone: the walk must be repeated.
     let mut changed = false;
-    let mut found_here: Vec<SecretMatch> = vec![];
+    // Matches judged through the descriptor, added after the walk (for one target, a match
+    // reached through a symlink is recorded first, as the path-based walk did).
+    let mut direct: Vec<SecretMatch> = vec![];
     if !names.is_empty() || find_git {
         let mut budget = SCAN_BUDGET;
         let err = |root: &Path, e: std::io::Error| TranslateError::SecretScan {
@@ -455,14 +453,16 @@ fn scan_attempt(
                 // Judged through the directory's descriptor: a path lookup now could land in
                 // another directory that a rename put at this path.
                 match fd.stat_child(&name) {
-                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => add(&path, s)?,
+                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
+                        add(resolve_match(&path, s)?)
+                    }
                     Ok(st) => {
                         let kind = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                             MaskKind::Dir
                         } else {
                             MaskKind::File
                         };
-                        found_here.push(SecretMatch {
+                        direct.push(SecretMatch {
                             path: path.clone(),
                             kind,
                             pattern: s.value.clone(),
@@ -508,8 +508,8 @@ fn scan_attempt(
     if changed {
         return Ok(None);
     }
-    for m in found_here {
-        push(m);
+    for m in direct {
+        add(Some(m));
     }
     found.sort_by(|a, b| a.path.cmp(&b.path));
     git_entries.sort();

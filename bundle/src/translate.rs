@@ -189,6 +189,24 @@ impl Builder {
     }
 }
 
+/// Where a bind from the host's `src` to `dest` shows the host path `p`, if it does.
+pub fn shown_at(p: &Path, src: &Path, dest: &Path) -> Option<PathBuf> {
+    let rel = p.strip_prefix(src).ok()?;
+    Some(if rel.as_os_str().is_empty() {
+        dest.to_path_buf()
+    } else {
+        dest.join(rel)
+    })
+}
+
+/// A secret's note suffix: the symlink it was reached through, if any.
+fn via_note(s: &SecretMatch) -> String {
+    s.via
+        .as_ref()
+        .map(|v| format!(" (reached through symlink {})", v.display()))
+        .unwrap_or_default()
+}
+
 /// (device, inode) of the object at `p`, not following a final symlink.
 fn file_id(p: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -714,48 +732,34 @@ pub fn translate(
     }
     // Secret masks: each secret, at every place a bind shows it (a bind's destination may
     // differ from its source: `~/.cargo -> /data/cargo`).
-    let mut mask_targets: Vec<(PathBuf, MaskKind, &SecretMatch)> = vec![];
+    let mut mask_targets: Vec<(PathBuf, &SecretMatch)> = vec![];
     for s in secrets {
         for (src, dest) in &b.binds {
-            if let Ok(rel) = s.path.strip_prefix(src) {
-                let t = if rel.as_os_str().is_empty() {
-                    dest.clone()
-                } else {
-                    dest.join(rel)
-                };
-                if !mask_targets.iter().any(|(p, _, _)| *p == t) {
-                    mask_targets.push((t, s.kind, s));
+            if let Some(t) = shown_at(&s.path, src, dest) {
+                if !mask_targets.iter().any(|(p, _)| *p == t) {
+                    mask_targets.push((t, s));
                 }
             }
         }
     }
     mask_targets.sort_by(|a, b| a.0.cmp(&b.0));
     for s in secrets {
-        if !mask_targets.iter().any(|(_, _, m)| std::ptr::eq(*m, s)) {
-            let via = s
-                .via
-                .as_ref()
-                .map(|v| format!(" (reached through symlink {})", v.display()))
-                .unwrap_or_default();
+        if !mask_targets.iter().any(|(_, m)| std::ptr::eq(*m, s)) {
             b.note(
                 "mask",
                 s.path.display(),
-                format!("not visible in the sandbox, nothing to mask{via}"),
+                format!("not visible in the sandbox, nothing to mask{}", via_note(s)),
                 &s.source,
             );
         }
     }
     let masked_dirs: Vec<PathBuf> = mask_targets
         .iter()
-        .filter(|(_, k, _)| *k == MaskKind::Dir)
-        .map(|(p, _, _)| p.clone())
+        .filter(|(_, s)| s.kind == MaskKind::Dir)
+        .map(|(p, _)| p.clone())
         .collect();
-    for (t, kind, s) in &mask_targets {
-        let via = s
-            .via
-            .as_ref()
-            .map(|v| format!(" (reached through symlink {})", v.display()))
-            .unwrap_or_default();
+    for (t, s) in &mask_targets {
+        let via = via_note(s);
         let shown = if *t == s.path {
             String::new()
         } else {
@@ -770,7 +774,7 @@ pub fn translate(
             );
             continue;
         }
-        let (k, what) = match kind {
+        let (k, what) = match s.kind {
             MaskKind::File => (InitMountKind::MaskFile, "/dev/null bound over it"),
             MaskKind::Dir => (
                 InitMountKind::MaskDir,

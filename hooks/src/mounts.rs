@@ -63,7 +63,8 @@ const OPEN_TREE_CLONE: u32 = 1;
 const AT_RECURSIVE: u32 = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
+/// `MOUNT_ATTR_RDONLY`.
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
@@ -74,15 +75,11 @@ const FSCONFIG_CMD_CREATE: u32 = 6;
 
 /// `struct mount_attr` of mount_setattr(2).
 #[repr(C)]
-pub struct MountAttr {
-    /// Attributes to set.
-    pub attr_set: u64,
-    /// Attributes to clear.
-    pub attr_clr: u64,
-    /// Propagation type.
-    pub propagation: u64,
-    /// User namespace for idmapped mounts.
-    pub userns_fd: u64,
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
 }
 
 fn os(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> MountError {
@@ -146,7 +143,8 @@ fn stat_fd(fd: &OwnedFd, path: &Path) -> Result<libc::stat, MountError> {
     Ok(st)
 }
 
-fn set_attr(tree: &OwnedFd, set: u64, recursive: bool, path: &Path) -> Result<(), MountError> {
+/// `mount_setattr` on a detached tree: set the `MOUNT_ATTR_*` bits in `set` (recursively).
+pub fn set_attr(tree: &OwnedFd, set: u64, recursive: bool, path: &Path) -> Result<(), MountError> {
     let attr = MountAttr {
         attr_set: set,
         attr_clr: 0,
@@ -169,7 +167,9 @@ fn set_attr(tree: &OwnedFd, set: u64, recursive: bool, path: &Path) -> Result<()
     Ok(())
 }
 
-fn clone_tree(
+/// `open_tree(OPEN_TREE_CLONE)`: a detached copy of the mount at `name` relative to `from`
+/// (or of `from` itself when `name` is empty), recursive or not. `path` names it in errors.
+pub fn clone_tree(
     from: RawFd,
     name: &std::ffi::CStr,
     recursive: bool,

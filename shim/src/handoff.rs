@@ -54,18 +54,20 @@ fn new_repositories(project: &Path, known: &[PathBuf]) -> Vec<PathBuf> {
     }
 }
 
-/// Check the watched paths after the session, and look for git repositories the sandbox
-/// created; report, record and (with `remove`) remove.
+/// Check the watched paths after the session, and (given the metadata paths known at start,
+/// when the project was writable) look for git repositories the sandbox created; report,
+/// record and (with `remove`) remove.
 pub fn check(
     watch: &[PathBuf],
-    known_git: &[PathBuf],
+    known_git: Option<&[PathBuf]>,
     action: HandoffAction,
     project: &Path,
     session: &str,
 ) -> Vec<Finding> {
     let mut out = vec![];
     let mut watch = watch.to_vec();
-    for g in new_repositories(project, known_git) {
+    let created = known_git.map_or_else(Vec::new, |k| new_repositories(project, k));
+    for g in created {
         if !watch.contains(&g) {
             watch.push(g);
         }

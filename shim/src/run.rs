@@ -342,9 +342,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     ph.mark("session");
     let session_id = sess.id.clone();
     drop(sess);
+    // A read-only project cannot have gained a repository: no walk then.
+    let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
+        .then_some(facts.git_metadata.as_slice());
     crate::handoff::check(
         &t.handoff_watch,
-        &facts.git_metadata,
+        known_git,
         t.handoff,
         &facts.project,
         &session_id,

@@ -197,12 +197,8 @@ both!(
             .collect();
         env.push(("HOME".into(), link_s));
         let bin = f.bin.display().to_string();
-        // Session 1 writes a widening user policy and a trust entry for it.
-        let script = "mkdir -p ~/.config/vetto && printf '[secrets]\\nextend = false\\n' > ~/.config/vetto/policy.toml && \
-        d=$(sha256sum ~/.config/vetto/policy.toml | cut -d' ' -f1) && \
-        printf '{\"%s\": \"%s\"}' \"$(readlink -f ~/.config/vetto/policy.toml)\" \"$d\" > ~/.config/vetto/trusted.json; echo wrote";
-        let o = f
-            .command(
+        let run = |script: &str| {
+            f.command(
                 &[
                     &bin,
                     "run",
@@ -216,25 +212,16 @@ both!(
                 &env,
             )
             .output()
-            .expect("run");
+            .expect("run")
+        };
+        // Session 1 writes a widening user policy and a trust entry for it.
+        let script = "mkdir -p ~/.config/vetto && printf '[secrets]\\nextend = false\\n' > ~/.config/vetto/policy.toml && \
+        d=$(sha256sum ~/.config/vetto/policy.toml | cut -d' ' -f1) && \
+        printf '{\"%s\": \"%s\"}' \"$(readlink -f ~/.config/vetto/policy.toml)\" \"$d\" > ~/.config/vetto/trusted.json; echo wrote";
+        let o = run(script);
         assert!(out(&o).contains("wrote"), "{}", err(&o));
         // Session 2 must not read ~/.ssh.
-        let o = f
-            .command(
-                &[
-                    &bin,
-                    "run",
-                    "--project",
-                    &home_s,
-                    "--",
-                    "/bin/sh",
-                    "-c",
-                    "cat ~/.ssh/id_ed25519 2>/dev/null; echo end",
-                ],
-                &env,
-            )
-            .output()
-            .expect("run");
+        let o = run("cat ~/.ssh/id_ed25519 2>/dev/null; echo end");
         assert!(
             !out(&o).contains("PRIVATE KEY"),
             "the key leaked: {}",

@@ -29,7 +29,6 @@ use libcontainer::signal::Signal;
 use libcontainer::syscall::syscall::SyscallType;
 use liboci_cli::{CommonCmd, GlobalOpts, StandardCmd};
 use serde_json::{json, Value};
-use vetto_hooks::mounts::MountAttr;
 
 use self::log::Logger;
 use self::prepare::{shim_dir, ShimState};
@@ -942,45 +941,22 @@ fn reexec_from_read_only_binary(args: &[String]) -> Result<(), OciError> {
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
 
-    // 1. Detached read-only clone.
-    // SAFETY: open_tree with a valid C path; returns a new descriptor or -1.
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            c_exe.as_ptr(),
-            1 /* OPEN_TREE_CLONE */ | libc::O_CLOEXEC as libc::c_uint,
-        )
-    } as libc::c_int;
-    if tree >= 0 {
-        let attr = MountAttr {
-            attr_set: 1, // MOUNT_ATTR_RDONLY
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: 0,
-        };
-        // SAFETY: mount_setattr on our descriptor with a valid struct and its size; then
-        // execveat with NUL-terminated arrays that outlive the call.
-        unsafe {
-            if libc::syscall(
-                libc::SYS_mount_setattr,
-                tree,
-                c"".as_ptr(),
-                libc::AT_EMPTY_PATH,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            ) == 0
-            {
+    // 1. Detached read-only clone (where it fails, step 2 follows).
+    use vetto_hooks::mounts::{clone_tree, set_attr, MOUNT_ATTR_RDONLY};
+    if let Ok(tree) = clone_tree(libc::AT_FDCWD, &c_exe, false, &exe) {
+        if set_attr(&tree, MOUNT_ATTR_RDONLY, false, &exe).is_ok() {
+            // SAFETY: execveat on our descriptor with NUL-terminated arrays that outlive the
+            // call; it returns only on failure.
+            unsafe {
                 libc::syscall(
                     libc::SYS_execveat,
-                    tree,
+                    std::os::fd::AsRawFd::as_raw_fd(&tree),
                     c"".as_ptr(),
                     argv_p.as_ptr(),
                     envp.as_ptr(),
                     libc::AT_EMPTY_PATH,
                 );
             }
-            libc::close(tree);
         }
     }
     // 2. A private mount namespace with a read-only bind.
