@@ -31,7 +31,12 @@ pub fn config_dir() -> Result<PathBuf> {
 /// The trust store, unless it lies inside the project (the sandbox could write it): then an
 /// empty one.
 pub fn trust_store(project: &Path) -> Result<TrustStore> {
-    let path = config_dir()?.join("trusted.json");
+    trust_store_in(&config_dir()?, project)
+}
+
+/// [`trust_store`] in an already resolved config directory.
+fn trust_store_in(config: &Path, project: &Path) -> Result<TrustStore> {
+    let path = config.join("trusted.json");
     if path.starts_with(project) {
         tracing::warn!(store = %path.display(), "trust store lies inside the project; ignoring it");
         return Ok(TrustStore::empty(path));
@@ -157,10 +162,11 @@ fn toml_escape(s: &str) -> String {
 
 /// Resolve the policy for this host from the arguments.
 pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
+    let config = config_dir()?;
     let user_file = if a.no_user_policy {
         None
     } else {
-        Some(config_dir()?.join("policy.toml")).filter(|p| p.exists())
+        Some(config.join("policy.toml")).filter(|p| p.exists())
     };
     let inputs = Inputs {
         profile_flag: a.profile.clone(),
@@ -168,7 +174,7 @@ pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
         policy_file: a.policy.clone(),
         flags: flag_layers(a)?,
     };
-    let store = trust_store(&facts.project)?;
+    let store = trust_store_in(&config, &facts.project)?;
     Ok(resolve::resolve(
         &inputs,
         &TrustContext {
