@@ -1,12 +1,11 @@
-//! The sandbox's PID 1: apply the plan, then fork the command and stay behind to reap,
-//! forward signals, and kill every descendant when the command ends.
+//! `vetto run`'s PID 1: [`apply`](crate::apply::apply) the plan's [`Hardening`] (the one
+//! order, shared with `vetto-shim`), then fork the command and stay behind to reap, forward
+//! signals, and kill every descendant when the command ends.
 //!
-//! Order matters and is fixed here: masks and protections mounted through descriptors (needs
-//! CAP_SYS_ADMIN of the sandbox's user namespace) → `lo` up (needs CAP_NET_ADMIN) → identity switch (needs
-//! CAP_SETFCAP) → no_new_privs → Landlock → capabilities dropped →
-//! non-dumpable → PDEATHSIG re-armed and the supervisor checked → signals blocked → seccomp
-//! last (so nothing earlier is refused by it) → fork. Both PID 1 and the command run under
-//! the same Landlock domain and seccomp filter.
+//! [`hardening`] says what a [`Plan`] asks of each step (masks, `lo` up, listeners, identity,
+//! no_new_privs, Landlock, all capabilities dropped, PDEATHSIG, the deny-list). After it is
+//! applied, PID 1 hands the terminal over, blocks the signals it forwards into a signalfd and
+//! forks. Both PID 1 and the command run under the same Landlock domain and seccomp filter.
 
 use std::convert::Infallible;
 use std::ffi::CString;
@@ -15,46 +14,30 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use vetto_bundle::plan::Plan;
 
-use crate::{identity, landlock, listen, mounts, netlo, process, seccomp};
+use crate::apply::{self, Capabilities, Filter, HardenError, Hardening, Listeners, Network};
+use crate::{process, seccomp};
 
 /// A control that could not be established: the command does not run.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
-    /// A secret mask or a protection could not be placed.
-    #[error("masks and protected paths: {0}")]
-    Mount(#[from] mounts::MountError),
-    /// Bringing `lo` up failed.
-    #[error("network: cannot bring lo up: {0}")]
-    Loopback(#[from] netlo::NetError),
-    /// The identity switch failed.
-    #[error("{0}")]
-    Identity(#[from] identity::IdentityError),
-    /// Landlock could not be applied.
-    #[error("landlock: {0}")]
-    Landlock(#[from] landlock::LandlockError),
-    /// Seccomp could not be applied.
+    /// A hardening step failed.
+    #[error(transparent)]
+    Harden(#[from] HardenError),
+    /// The deny-list could not be compiled.
     #[error("seccomp: {0}")]
     Seccomp(#[from] seccomp::SeccompError),
-    /// Capabilities remain.
-    #[error("capabilities: {0}")]
-    Caps(String),
     /// A process-level step failed.
     #[error("{step}: {source}")]
     Os {
         /// What.
         step: &'static str,
         /// Why.
+        #[source]
         source: std::io::Error,
     },
-    /// The broker's listeners could not be created or handed over.
-    #[error("network: {0}")]
-    Listen(#[from] listen::ListenError),
     /// The plan asks for listeners but there is no channel to hand them over.
     #[error("network: no channel to hand the listening sockets to the broker")]
     NoListenerChannel,
-    /// The supervisor is gone: nothing must run unsupervised.
-    #[error("the vetto supervisor exited during setup")]
-    SupervisorGone,
     /// A bad argument (NUL byte).
     #[error("argument contains a NUL byte: {0:?}")]
     Nul(String),
@@ -64,7 +47,7 @@ fn os(step: &'static str) -> impl FnOnce(std::io::Error) -> InitError {
     move |source| InitError::Os { step, source }
 }
 
-/// What PID 1 needs besides the plan.
+/// What PID 1 needs besides the hardening.
 #[derive(Debug, Clone)]
 pub struct InitConfig {
     /// The command.
@@ -73,34 +56,42 @@ pub struct InitConfig {
     pub env: Vec<String>,
     /// stdio is a pseudo-terminal: make it the command's controlling terminal.
     pub tty: bool,
-    /// A pidfd of the supervisor, to close the PDEATHSIG race.
-    pub supervisor_pidfd: Option<RawFd>,
     /// Where a setup or exec error is written for the supervisor to report.
     pub error_fd: Option<RawFd>,
-    /// Where the broker's listening sockets are sent.
-    pub listener_fd: Option<RawFd>,
 }
 
-/// Arm PDEATHSIG(SIGKILL) and make sure the supervisor is still alive (a pidfd polls readable
-/// once its process has exited).
-pub fn arm_parent_death(pidfd: Option<RawFd>) -> Result<(), InitError> {
-    // SAFETY: integer-only prctl.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
-        return Err(os("PR_SET_PDEATHSIG")(std::io::Error::last_os_error()));
-    }
-    if let Some(fd) = pidfd {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, zero timeout.
-        let r = unsafe { libc::poll(&mut p, 1, 0) };
-        if r > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0 {
-            return Err(InitError::SupervisorGone);
-        }
-    }
-    Ok(())
+/// What `plan` asks of each step of [`apply::apply`], with the deny-list compiled (call it
+/// before the container is cloned: a bad deny-list then fails before anything is created).
+/// `listener_fd` is the init's end of the channel the broker's listeners are sent over;
+/// `supervisor_pidfd` closes the PDEATHSIG race.
+pub fn hardening(
+    plan: &Plan,
+    listener_fd: Option<RawFd>,
+    supervisor_pidfd: Option<RawFd>,
+) -> Result<Hardening, InitError> {
+    let listeners = match plan.network.listeners.is_empty() {
+        true => None,
+        false => Some(Listeners {
+            listeners: plan.network.listeners.clone(),
+            publish: !plan.network.publish.is_empty(),
+            channel: listener_fd.ok_or(InitError::NoListenerChannel)?,
+        }),
+    };
+    Ok(Hardening {
+        binds: vec![],
+        mounts: plan.mounts.clone(),
+        network: match plan.loopback_up {
+            true => Network::LoopbackUp,
+            false => Network::Untouched,
+        },
+        listeners,
+        identity: Some((plan.identity.uid, plan.identity.gid)),
+        no_new_privs: true,
+        landlock: Some(plan.landlock.clone()),
+        capabilities: Capabilities::DropAll,
+        parent_death: Some(supervisor_pidfd),
+        filters: vec![Filter::DenyList(seccomp::compile(&plan.seccomp)?)],
+    })
 }
 
 /// Write an error for the supervisor (best effort: the exit status says it failed anyway).
@@ -119,43 +110,15 @@ fn cstrings(v: &[String]) -> Result<Vec<CString>, InitError> {
         .collect()
 }
 
-/// Apply the plan, fork the command, and act as PID 1 until it exits. Returns only on a setup
-/// error, before anything of the user's ran.
-pub fn run(plan: &Plan, cfg: &InitConfig) -> Result<Infallible, InitError> {
+/// Apply the hardening, fork the command, and act as PID 1 until it exits. Returns only on a
+/// setup error, before anything of the user's ran.
+pub fn run(h: &Hardening, cfg: &InitConfig) -> Result<Infallible, InitError> {
     let argv = cstrings(&cfg.args)?;
     let envp = cstrings(&cfg.env)?;
     let Some(file) = argv.first().cloned() else {
         return Err(InitError::Nul("empty command".into()));
     };
-
-    // Compiled first: a bad deny-list fails before anything changes.
-    let filter = seccomp::compile(&plan.seccomp)?;
-    mounts::apply(&plan.mounts)?;
-    if plan.loopback_up {
-        netlo::loopback_up()?;
-    }
-    if !plan.network.listeners.is_empty() {
-        let sock = cfg.listener_fd.ok_or(InitError::NoListenerChannel)?;
-        listen::open_and_send(
-            &plan.network.listeners,
-            !plan.network.publish.is_empty(),
-            sock,
-        )?;
-    }
-    identity::switch_to(plan.identity.uid, plan.identity.gid)?;
-    process::set_no_new_privs().map_err(|e| InitError::Caps(e.to_string()))?;
-    landlock::apply(&plan.landlock)?;
-    process::drop_all_capabilities().map_err(|e| InitError::Caps(e.to_string()))?;
-    // Non-dumpable: the sandbox cannot open /proc/1/{mem,exe,environ} of its init.
-    // SAFETY: integer-only prctl.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    let (eff, bnd) = process::read_caps().map_err(|e| InitError::Caps(e.to_string()))?;
-    if eff != 0 || bnd != 0 {
-        return Err(InitError::Caps(format!(
-            "still held: CapEff={eff:x} CapBnd={bnd:x}"
-        )));
-    }
-    arm_parent_death(cfg.supervisor_pidfd)?;
+    apply::apply(h)?;
 
     if cfg.tty {
         // libcontainer made the pty PID 1's controlling terminal; hand it over so the command
@@ -173,7 +136,6 @@ pub fn run(plan: &Plan, cfg: &InitConfig) -> Result<Infallible, InitError> {
     // Block the signals PID 1 handles; it reads them from a signalfd.
     let handled: Vec<libc::c_int> = FORWARDED.iter().copied().chain([libc::SIGCHLD]).collect();
     let sfd = process::block_into_signalfd(&handled, libc::SFD_CLOEXEC).map_err(os("signalfd"))?;
-    seccomp::install(&filter)?;
 
     // SAFETY: the init is single-threaded; the child only execs or _exits.
     let child = unsafe { libc::fork() };

@@ -1,116 +1,413 @@
-//! The one wrapper around libcontainer (create, start, delete) and the executor that hands
-//! the container's init over to `vetto_hooks::init`.
+//! The one wrapper around libcontainer: every `ContainerBuilder` and `Container` of both
+//! binaries is here. `vetto run` ([`crate::run`]) and every `vetto-shim` command
+//! ([`crate::oci`]) create, exec, start, signal, pause and delete through these functions;
+//! what differs between them is data:
 //!
-//! libcontainer clones this process and `chdir`s it: call it only from the single-threaded
-//! supervisor, from the thread that lives as long as the sandbox (PDEATHSIG follows the
-//! parent thread).
+//! - [`Mode`]: `vetto run`'s init is supervised (PDEATHSIG armed, the hardening applied right
+//!   before PID 1 forks the command, errors written to a pipe); `vetto-shim`'s is detached
+//!   (the hardening applied in `validate()`, so a failure fails `create` with its reason,
+//!   and the process `execvp`s `process.args`);
+//! - [`CreateOptions`] / [`ExecOptions`]: console socket, pid file, preserved descriptors,
+//!   `--no-pivot`, the cgroup driver, and everything `exec` passes;
+//! - the [`Hardening`] both kinds of process apply through [`vetto_hooks::apply`], the one
+//!   hardening order.
+//!
+//! libcontainer clones this process and `chdir`s it: call it only from a single-threaded
+//! process, from the thread that lives as long as the sandbox (PDEATHSIG follows the parent
+//! thread).
 
+use std::collections::HashMap;
+use std::ffi::CString;
 use std::os::fd::RawFd;
 use std::path::Path;
 
 use libcontainer::container::builder::ContainerBuilder;
-use libcontainer::container::Container;
+use libcontainer::container::{Container, ContainerStatus};
 use libcontainer::oci_spec::runtime::Spec;
+use libcontainer::signal::Signal;
 use libcontainer::syscall::syscall::SyscallType;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
-use vetto_bundle::plan::Plan;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use vetto_hooks::apply::{self, Hardening};
 use vetto_hooks::init::{self, InitConfig};
 
 /// Errors of the engine.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// libcontainer refused or failed.
-    #[error("container runtime: {step}: {source}")]
+    #[error("{step}: {source}")]
     Runtime {
         /// Which step.
         step: &'static str,
         /// libcontainer's error.
+        #[source]
         source: libcontainer::error::LibcontainerError,
     },
     /// The container has no pid after start.
-    #[error("container runtime: the container has no init process")]
+    #[error("the container has no init process")]
     NoPid,
+    /// A signal name libcontainer does not know.
+    #[error("signal {name:?}: {source}")]
+    Signal {
+        /// What was asked.
+        name: String,
+        /// Why not.
+        #[source]
+        source: libcontainer::signal::SignalError<String>,
+    },
+    /// Listing the container's processes failed.
+    #[error("listing the container's processes: {0}")]
+    Cgroup(String),
 }
 
-/// Runs inside the container's init process, after libcontainer's setup.
+fn rt(step: &'static str) -> impl FnOnce(libcontainer::error::LibcontainerError) -> EngineError {
+    move |source| EngineError::Runtime { step, source }
+}
+
+/// How the container's process runs after libcontainer's setup.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode {
+    /// `vetto run`: PID 1 of a supervised sandbox.
+    Supervised {
+        /// The command's stdio is a pseudo-terminal.
+        tty: bool,
+        /// pidfd of the supervisor (the PDEATHSIG race is closed with it).
+        supervisor_pidfd: Option<RawFd>,
+        /// Write end of the pipe setup errors are reported on.
+        error_fd: Option<RawFd>,
+    },
+    /// `vetto-shim`: a detached container (or an `exec`'d process) whose caller reaps it.
+    Detached,
+}
+
+/// Runs inside the container's process, after libcontainer's setup.
 #[derive(Clone)]
-pub struct VettoExecutor {
-    /// What to apply.
-    pub plan: Plan,
-    /// The command's stdio is a pseudo-terminal.
-    pub tty: bool,
-    /// pidfd of the supervisor.
-    pub supervisor_pidfd: Option<RawFd>,
-    /// Write end of the error pipe.
-    pub error_fd: Option<RawFd>,
-    /// The init's end of the socket the broker's listeners are sent over.
-    pub listener_fd: Option<RawFd>,
+struct VettoExecutor {
+    hardening: Hardening,
+    mode: Mode,
+}
+
+fn report(mode: Mode, msg: &str) {
+    match mode {
+        Mode::Supervised { error_fd, .. } => init::report(error_fd, msg),
+        Mode::Detached => eprintln!("vetto-shim: {msg}"),
+    }
 }
 
 impl Executor for VettoExecutor {
-    fn validate(&self, _spec: &Spec) -> Result<(), ExecutorValidationError> {
-        // Runs after libcontainer's id switch and capability drop, which would clear it.
-        init::arm_parent_death(self.supervisor_pidfd).map_err(|e| {
-            init::report(self.error_fd, &e.to_string());
-            ExecutorValidationError::ArgValidationError(e.to_string())
-        })
+    fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
+        let invalid = |msg: String| {
+            report(self.mode, &msg);
+            ExecutorValidationError::ArgValidationError(msg)
+        };
+        match self.mode {
+            // Runs after libcontainer's id switch and capability drop, which would clear it.
+            Mode::Supervised {
+                supervisor_pidfd, ..
+            } => apply::arm_parent_death(supervisor_pidfd).map_err(|e| invalid(e.to_string())),
+            // The network namespace is final here (the runtime's prestart hooks have run), and
+            // libcontainer has not yet reported ready: a failure fails `create`, and the
+            // bundle's startContainer hooks run restricted, as under runc.
+            Mode::Detached => {
+                let args = spec
+                    .process()
+                    .as_ref()
+                    .and_then(|p| p.args().as_ref())
+                    .filter(|a| !a.is_empty());
+                if args.is_none() {
+                    return Err(invalid("process.args is empty".into()));
+                }
+                apply::apply(&self.hardening)
+                    .map(drop)
+                    .map_err(|e| invalid(e.to_string()))
+            }
+        }
     }
 
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
         let process = spec.process().as_ref().ok_or(ExecutorError::InvalidArg)?;
-        let cfg = InitConfig {
-            args: process.args().clone().unwrap_or_default(),
-            env: process.env().clone().unwrap_or_default(),
-            tty: self.tty,
-            supervisor_pidfd: self.supervisor_pidfd,
-            error_fd: self.error_fd,
-            listener_fd: self.listener_fd,
+        let args = process.args().clone().unwrap_or_default();
+        let fail = |msg: String| {
+            report(self.mode, &msg);
+            ExecutorError::Other(msg)
         };
-        match init::run(&self.plan, &cfg) {
-            Ok(never) => match never {},
-            Err(e) => {
-                init::report(self.error_fd, &e.to_string());
-                Err(ExecutorError::Other(e.to_string()))
+        match self.mode {
+            Mode::Supervised { tty, error_fd, .. } => {
+                let cfg = InitConfig {
+                    args,
+                    env: process.env().clone().unwrap_or_default(),
+                    tty,
+                    error_fd,
+                };
+                match init::run(&self.hardening, &cfg) {
+                    Ok(never) => match never {},
+                    Err(e) => Err(fail(e.to_string())),
+                }
+            }
+            Mode::Detached => {
+                let argv = args
+                    .iter()
+                    .map(|a| CString::new(a.as_bytes()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| fail("process.args contains a NUL byte".into()))?;
+                let file = argv.first().cloned().ok_or(ExecutorError::InvalidArg)?;
+                // PATH is the container's: libcontainer's setup_envs replaced the environment.
+                let err = match nix::unistd::execvp(&file, &argv) {
+                    Ok(never) => match never {},
+                    Err(e) => e,
+                };
+                Err(fail(format!(
+                    "exec {:?}: {}",
+                    args.first().map(String::as_str).unwrap_or(""),
+                    err.desc()
+                )))
             }
         }
     }
 }
 
-/// Create the container from a bundle on disk (state under `state_root`).
-pub fn create(
-    id: &str,
-    bundle: &Path,
-    state_root: &Path,
-    executor: VettoExecutor,
-    console_socket: Option<&Path>,
-) -> Result<Container, EngineError> {
-    let rt = |step: &'static str| move |source| EngineError::Runtime { step, source };
-    ContainerBuilder::new(id.to_string(), SyscallType::default())
-        .with_root_path(state_root)
+/// What `create` needs.
+pub struct CreateOptions<'a> {
+    /// The container id.
+    pub id: &'a str,
+    /// The bundle directory (holds `config.json`).
+    pub bundle: &'a Path,
+    /// libcontainer's state root.
+    pub state_root: &'a Path,
+    /// Where libcontainer sends the pty master (a terminal was asked for).
+    pub console_socket: Option<&'a Path>,
+    /// Where the init's pid is written.
+    pub pid_file: Option<&'a Path>,
+    /// Descriptors above stdio passed in.
+    pub preserve_fds: i32,
+    /// `--no-pivot`.
+    pub no_pivot: bool,
+    /// The systemd cgroup driver (libcontainer is built without it: false).
+    pub systemd_cgroup: bool,
+    /// What the process applies before the command runs.
+    pub hardening: Hardening,
+    /// Supervised (`vetto run`) or detached (`vetto-shim`).
+    pub mode: Mode,
+}
+
+/// What `exec` needs (a process joining a running container).
+pub struct ExecOptions<'a> {
+    /// The container id.
+    pub id: &'a str,
+    /// libcontainer's state root.
+    pub state_root: &'a Path,
+    /// Where libcontainer sends the pty master.
+    pub console_socket: Option<&'a Path>,
+    /// Where the process's pid is written.
+    pub pid_file: Option<&'a Path>,
+    /// Descriptors above stdio passed in.
+    pub preserve_fds: i32,
+    /// The caller does not wait.
+    pub detach: bool,
+    /// Working directory.
+    pub cwd: Option<&'a Path>,
+    /// Environment added to the container's.
+    pub env: HashMap<String, String>,
+    /// A `process.json` (replaces args, cwd, env…).
+    pub process: Option<&'a Path>,
+    /// The command.
+    pub args: Vec<String>,
+    /// Supplementary groups.
+    pub additional_gids: Vec<u32>,
+    /// uid.
+    pub user: Option<u32>,
+    /// gid.
+    pub group: Option<u32>,
+    /// Exec even if the container is paused.
+    pub ignore_paused: bool,
+    /// A sub-cgroup of the container's to join.
+    pub sub_cgroup: Option<String>,
+    /// Set `no_new_privs`.
+    pub no_new_privs: bool,
+    /// Capabilities added (`--cap`).
+    pub capabilities: Vec<String>,
+    /// What the process applies before the command runs.
+    pub hardening: Hardening,
+}
+
+/// A container libcontainer knows (created, running or stopped).
+pub struct Sandbox(Container);
+
+/// The OCI status of a container.
+pub type Status = ContainerStatus;
+
+/// Create the container from a bundle on disk. A failed create leaves libcontainer's state
+/// behind (status "creating"): the caller removes it ([`remove_state`]).
+pub fn create(o: CreateOptions<'_>) -> Result<Sandbox, EngineError> {
+    ContainerBuilder::new(o.id.to_string(), SyscallType::default())
+        .with_root_path(o.state_root)
         .map_err(rt("state root"))?
-        .with_executor(executor)
-        .with_console_socket(console_socket)
+        .with_pid_file(o.pid_file)
+        .map_err(rt("pid file"))?
+        .with_executor(VettoExecutor {
+            hardening: o.hardening,
+            mode: o.mode,
+        })
+        .with_console_socket(o.console_socket)
+        .with_preserved_fds(o.preserve_fds)
         .validate_id()
         .map_err(rt("container id"))?
-        .as_init(bundle)
-        .with_systemd(false)
+        .as_init(o.bundle)
+        .with_systemd(o.systemd_cgroup)
         .with_detach(true)
+        .with_no_pivot(o.no_pivot)
         .build()
+        .map(Sandbox)
         .map_err(rt("create"))
 }
 
-/// Start the created container; returns the init's pid (in the supervisor's pid namespace).
-pub fn start(c: &mut Container) -> Result<i32, EngineError> {
-    c.start().map_err(|source| EngineError::Runtime {
-        step: "start",
-        source,
-    })?;
-    c.pid().map(|p| p.as_raw()).ok_or(EngineError::NoPid)
+/// Start a process in a running container; returns its pid.
+pub fn exec(o: ExecOptions<'_>) -> Result<i32, EngineError> {
+    let mut b = ContainerBuilder::new(o.id.to_string(), SyscallType::default())
+        .with_root_path(o.state_root)
+        .map_err(rt("state root"))?
+        .with_pid_file(o.pid_file)
+        .map_err(rt("pid file"))?
+        .with_console_socket(o.console_socket)
+        .with_preserved_fds(o.preserve_fds)
+        .with_executor(VettoExecutor {
+            hardening: o.hardening,
+            mode: Mode::Detached,
+        })
+        .validate_id()
+        .map_err(rt("container id"))?
+        .as_tenant()
+        .with_detach(o.detach)
+        .with_cwd(o.cwd)
+        .with_env(o.env)
+        .with_process(o.process)
+        .with_container_args(o.args)
+        .with_additional_gids(o.additional_gids)
+        .with_user(o.user)
+        .with_group(o.group)
+        .with_ignore_paused(o.ignore_paused)
+        .with_sub_cgroup(o.sub_cgroup);
+    if o.no_new_privs {
+        b = b.with_no_new_privs(true);
+    }
+    if !o.capabilities.is_empty() {
+        b = b.with_capabilities(o.capabilities);
+    }
+    b.build().map(Pid::as_raw).map_err(rt("exec"))
 }
 
-/// Delete the container's state (the init has exited).
-pub fn delete(c: &mut Container) {
-    if let Err(e) = c.delete(true) {
-        tracing::debug!("container delete: {e}");
+/// Load a container's state from `dir` (`<state root>/<id>`), status refreshed.
+pub fn load(dir: &Path) -> Result<Sandbox, EngineError> {
+    let mut c = Container::load(dir.to_path_buf()).map_err(rt("loading the container state"))?;
+    c.refresh_status()
+        .map_err(rt("refreshing the container status"))?;
+    Ok(Sandbox(c))
+}
+
+/// Remove what libcontainer keeps of container `id` under `state_root` (after a failed
+/// create, or a container whose init is gone), best effort.
+pub fn remove_state(state_root: &Path, id: &str) {
+    if let Ok(mut c) = Container::load(state_root.join(id)) {
+        let _ = c.delete(true);
+    }
+}
+
+impl Sandbox {
+    /// The container id.
+    pub fn id(&self) -> &str {
+        self.0.id()
+    }
+
+    /// Its status.
+    pub fn status(&self) -> Status {
+        self.0.status()
+    }
+
+    /// The init's pid (in this process's PID namespace).
+    pub fn pid(&self) -> Option<i32> {
+        self.0.pid().map(Pid::as_raw)
+    }
+
+    /// The bundle libcontainer was given.
+    pub fn bundle(&self) -> &Path {
+        self.0.bundle()
+    }
+
+    /// When it was created.
+    pub fn created(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.0.created()
+    }
+
+    /// The bundle's annotations.
+    pub fn annotations(&self) -> HashMap<String, String> {
+        self.0.state.annotations.clone().unwrap_or_default()
+    }
+
+    /// A process can be exec'd into it.
+    pub fn can_exec(&self) -> bool {
+        self.0.can_exec()
+    }
+
+    /// Start the created container; returns the init's pid.
+    pub fn start(&mut self) -> Result<i32, EngineError> {
+        self.0.start().map_err(rt("start"))?;
+        self.pid().ok_or(EngineError::NoPid)
+    }
+
+    /// Send `signal` (a name or number) to the init, or with `all` to every process.
+    pub fn kill(&mut self, signal: &str, all: bool) -> Result<(), EngineError> {
+        let sig = Signal::try_from(signal).map_err(|source| EngineError::Signal {
+            name: signal.to_string(),
+            source,
+        })?;
+        self.0.kill(sig, all).map_err(rt("kill"))
+    }
+
+    /// Delete its state (with `force`, kill what runs first).
+    pub fn delete(&mut self, force: bool) -> Result<(), EngineError> {
+        self.0.delete(force).map_err(rt("delete"))
+    }
+
+    /// Freeze it.
+    pub fn pause(&mut self) -> Result<(), EngineError> {
+        self.0.pause().map_err(rt("pause"))
+    }
+
+    /// Thaw it.
+    pub fn resume(&mut self) -> Result<(), EngineError> {
+        self.0.resume().map_err(rt("resume"))
+    }
+
+    /// The pids in its cgroup.
+    pub fn processes(&self) -> Result<Vec<i32>, EngineError> {
+        use libcgroups::common::{CgroupConfig, CgroupManager};
+        let cfg = self
+            .0
+            .spec()
+            .map_err(rt("reading the container's config"))?;
+        let mgr = libcgroups::common::create_cgroup_manager(CgroupConfig {
+            cgroup_path: cfg.cgroup_path.clone(),
+            systemd_cgroup: false,
+            container_name: self.id().to_string(),
+        })
+        .map_err(|e| EngineError::Cgroup(e.to_string()))?;
+        let pids = mgr
+            .get_all_pids()
+            .map_err(|e| EngineError::Cgroup(e.to_string()))?;
+        Ok(pids.iter().map(|p| p.as_raw()).collect())
+    }
+}
+
+/// Wait for the child `pid` (retrying on EINTR) and return its status as a shell would: the
+/// exit code, or 128 + the signal that killed it; `None` if it cannot be waited for.
+pub fn wait(pid: i32) -> Option<i32> {
+    loop {
+        match waitpid(Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, code)) => return Some(code),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(128 + sig as i32),
+            Ok(_) | Err(nix::Error::EINTR) => continue,
+            Err(_) => return None,
+        }
     }
 }

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use crate::cli::RunArgs;
-use crate::engine::{self, VettoExecutor};
+use crate::engine::{self, CreateOptions, Mode};
 use crate::{policy_cmd, pty, session, sidecar, userns};
 
 /// Exit status when vetto itself could not set the sandbox up (as Docker and Podman do).
@@ -230,27 +230,37 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
     )
     .context("supervisor: signalfd")?;
-    let exec = VettoExecutor {
-        plan: t.plan.clone(),
+    // Compiled here, before anything is cloned: a bad deny-list fails first.
+    let hardening = vetto_hooks::init::hardening(
+        &t.plan,
+        listen_chan
+            .as_ref()
+            .map(|(_, init_end)| init_end.as_raw_fd()),
+        pidfd.as_ref().map(|p| p.as_raw_fd()),
+    )?;
+    let mode = Mode::Supervised {
         tty,
         supervisor_pidfd: pidfd.as_ref().map(|p| p.as_raw_fd()),
         error_fd: Some(err_w.as_raw_fd()),
-        listener_fd: listen_chan
-            .as_ref()
-            .map(|(_, init_end)| init_end.as_raw_fd()),
     };
     let cwd = std::env::current_dir()?;
     arm_setup_watchdog();
     if let Some(cg) = pids_cg.as_mut() {
         cg.enter()?;
     }
-    let created = engine::create(
-        &sess.id,
-        &bundle,
-        &sess.state(),
-        exec,
-        console.as_ref().map(|(_, p)| p.as_path()),
-    );
+    let state_root = sess.state();
+    let created = engine::create(CreateOptions {
+        id: &sess.id,
+        bundle: &bundle,
+        state_root: &state_root,
+        console_socket: console.as_ref().map(|(_, p)| p.as_path()),
+        pid_file: None,
+        preserve_fds: 0,
+        no_pivot: false,
+        systemd_cgroup: false,
+        hardening,
+        mode,
+    });
     if let Some(cg) = pids_cg.as_mut() {
         cg.leave()?;
     }
@@ -275,16 +285,16 @@ pub fn run(args: &RunArgs) -> Result<u8> {
                 Some(m)
             }
             Err(e) => {
-                engine::delete(&mut container);
+                let _ = container.delete(true);
                 return Err(e);
             }
         },
         None => None,
     };
-    let init_pid = match engine::start(&mut container) {
+    let init_pid = match container.start() {
         Ok(p) => p,
         Err(e) => {
-            engine::delete(&mut container);
+            let _ = container.delete(true);
             return Err(e.into());
         }
     };

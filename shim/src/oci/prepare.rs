@@ -14,10 +14,10 @@ use libcontainer::oci_spec::runtime::{LinuxSeccomp, Spec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use vetto_bundle::container::{self, ContainerPlan, NO_POLICY, POLICY_ANNOTATION};
+use vetto_hooks::apply::{Capabilities, Filter, Hardening, Network};
 use vetto_hooks::oci_seccomp;
 use vetto_hooks::process::{self, CapSets};
 
-use super::executor::OciExecutor;
 use super::OciError;
 
 /// The host's defaults, `/etc/vetto/shim.toml` (or `$VETTO_SHIM_CONFIG`).
@@ -163,38 +163,33 @@ impl ShimState {
             })
     }
 
-    /// The executor for the init or an `exec`'d process.
-    pub fn executor(&self) -> Result<OciExecutor, OciError> {
-        let profile = self
-            .seccomp
-            .as_ref()
-            .map(oci_seccomp::compile)
-            .transpose()?;
-        let (landlock, deny_list) = match &self.plan {
-            Some(p) => (
-                Some(p.landlock.clone()),
-                Some(
-                    vetto_hooks::seccomp::compile(&p.seccomp)
-                        .map_err(|e| OciError::Config(format!("vetto seccomp deny-list: {e}")))?,
-                ),
-            ),
-            None => (None, None),
-        };
-        Ok(OciExecutor {
-            landlock,
-            profile,
-            deny_list,
-            restore_caps: self.restore_caps,
-            binds: self
-                .plan
-                .as_ref()
-                .map(|p| p.binds.clone())
-                .unwrap_or_default(),
-            loopback_only: self
-                .plan
-                .as_ref()
-                .filter(|p| p.loopback_only)
-                .map(|_| self.network_mode.clone()),
+    /// What the init or an `exec`'d process applies ([`vetto_hooks::apply`]): the bind
+    /// checks, the network check, Landlock (hardened), the bundle's profile then vetto's
+    /// deny-list, and the capabilities narrowed back after the profile if they were widened
+    /// to install it. Filters are compiled here, in the runtime process: a bad profile fails
+    /// before anything is cloned.
+    pub fn hardening(&self) -> Result<Hardening, OciError> {
+        let mut filters = vec![];
+        if let Some(p) = &self.seccomp {
+            filters.push(Filter::OciProfile(oci_seccomp::compile(p)?));
+        }
+        let plan = self.plan.as_ref();
+        if let Some(p) = plan {
+            filters.push(Filter::DenyList(vetto_hooks::seccomp::compile(&p.seccomp)?));
+        }
+        Ok(Hardening {
+            binds: plan.map(|p| p.binds.clone()).unwrap_or_default(),
+            network: match plan.is_some_and(|p| p.loopback_only) {
+                true => Network::LoopbackOnly(self.network_mode.clone()),
+                false => Network::Untouched,
+            },
+            landlock: plan.map(|p| p.landlock.clone()),
+            capabilities: match self.restore_caps {
+                Some(t) => Capabilities::NarrowAfterFilters(t),
+                None => Capabilities::AsSet,
+            },
+            filters,
+            ..Hardening::default()
         })
     }
 }
@@ -438,8 +433,8 @@ pub struct Prepared {
     pub dir: PathBuf,
     /// vetto's record.
     pub state: ShimState,
-    /// The executor.
-    pub executor: OciExecutor,
+    /// What the init applies.
+    pub hardening: Hardening,
     /// The policy applied (for the log).
     pub summary: String,
 }
@@ -550,7 +545,7 @@ pub fn prepare(
         }
     }
 
-    // Seccomp: compiled by `executor()` below (a bad profile fails there, before anything is
+    // Seccomp: compiled by `hardening()` below (a bad profile fails there, before anything is
     // written), installed by the init.
     let seccomp = typed.linux().as_ref().and_then(|l| l.seccomp().clone());
     // (A hardened bundle has no_new_privs: nothing to widen.)
@@ -569,7 +564,7 @@ pub fn prepare(
         broker_pid: None,
         init: None,
     };
-    let executor = state.executor()?;
+    let hardening = state.hardening()?;
     let summary = match &state.plan {
         Some(p) => format!(
             "policy {:?}: {} Landlock rules, {} secrets masked, {} environment variables removed",
@@ -612,7 +607,7 @@ pub fn prepare(
     Ok(Prepared {
         dir,
         state,
-        executor,
+        hardening,
         summary,
     })
 }

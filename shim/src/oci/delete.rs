@@ -1,0 +1,43 @@
+//! `delete`: remove a container's state (with `--force`, kill what runs first), its broker
+//! and vetto's record.
+
+use std::path::Path;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use super::create::forget;
+use super::log::Logger;
+use super::prepare::ShimState;
+use super::{check_id, load, OciError};
+
+pub(super) fn delete(root: &Path, log: &Logger, a: &liboci_cli::Delete) -> Result<(), OciError> {
+    check_id(&a.container_id)?;
+    match load(root, &a.container_id) {
+        Ok(mut c) => {
+            c.delete(a.force)?;
+            forget(root, &a.container_id);
+        }
+        Err(OciError::NotFound(_)) if a.force => forget(root, &a.container_id),
+        // The recorded init is gone (so is its PID namespace); the pid in the state is
+        // someone else's: remove the state without signalling anyone.
+        Err(e @ OciError::NotOurInit { .. }) if a.force => {
+            log.debug(&format!("delete --force: {e}; removing the state only"));
+            // The init this runtime recorded, if it is still that process, goes (with it,
+            // its PID namespace).
+            if let Some((pid, start)) = ShimState::load(root, &a.container_id)
+                .ok()
+                .and_then(|s| s.init)
+            {
+                let now = u32::try_from(pid).ok().and_then(crate::session::start_time);
+                if now == Some(start) {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+            }
+            let _ = std::fs::remove_dir_all(root.join(&a.container_id));
+            forget(root, &a.container_id);
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
