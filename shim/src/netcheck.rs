@@ -9,7 +9,9 @@
 //!   then requires of it (a loopback address and a port).
 //! - `resolver`, `max_connections`, `connects_per_minute`: each alone, then the whole spec
 //!   the broker is started with ([`sidecar::broker_spec`]), through the broker's own spec
-//!   validation ([`BrokerSpec::validate`]).
+//!   validation ([`BrokerSpec::validate`]). The policy layer does not bound
+//!   `max_connections` itself: the broker's limit ([`vetto_broker::MAX_MAX_CONNECTIONS`]) is
+//!   the only one.
 
 use std::net::SocketAddr;
 
@@ -222,6 +224,19 @@ mod tests {
             "network.max_connections (policy file /p/test.toml): max_connections must be \
              1..=65536, got 100000"
         );
+        // The broker's bound is the only one (the policy layer has none of its own).
+        let err = refused("[network]\nmax_connections = 0\n");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "network.max_connections (policy file /p/test.toml): max_connections must be \
+                 1..={}, got 0",
+                vetto_broker::MAX_MAX_CONNECTIONS
+            )
+        );
+        assert!(refused("[network]\nmax_connections = 5000000\n")
+            .to_string()
+            .starts_with("network.max_connections (policy file /p/test.toml): "));
         // host_ports: the broker's own ports are refused with the translation's error.
         assert!(matches!(
             refused("[network]\nhost_ports = [3128]\n"),
