@@ -28,7 +28,7 @@ pub const DEFAULT_PORT: u16 = 443;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AllowError {
     /// The host or port part failed the same checks a target gets.
-    #[error("allowlist entry {entry:?}: {source}")]
+    #[error("allowlist entry {entry:?}")]
     Invalid {
         /// The entry as written.
         entry: String,
@@ -61,6 +61,9 @@ pub enum AllowError {
         entry: String,
         /// What is wrong with it.
         reason: String,
+        /// The parser's error, when one said it (a bad port).
+        #[source]
+        source: Option<TargetError>,
     },
 }
 
@@ -162,6 +165,7 @@ impl CidrRule {
         let bad = |reason: String| AllowError::BadCidr {
             entry: entry.to_owned(),
             reason,
+            source: None,
         };
         if let Some(ch) = entry.chars().find(|c| c.is_whitespace() || c.is_control()) {
             return Err(bad(format!("whitespace or control character {ch:?}")));
@@ -193,7 +197,11 @@ impl CidrRule {
             )));
         }
         let port = match port {
-            Some(p) => parse_port(p).map_err(|e| bad(e.to_string()))?,
+            Some(p) => parse_port(p).map_err(|source| AllowError::BadCidr {
+                entry: entry.to_owned(),
+                reason: "bad port".into(),
+                source: Some(source),
+            })?,
             None => DEFAULT_PORT,
         };
         Ok(CidrRule { net, port })
@@ -627,8 +635,9 @@ mod tests {
             assert!(err.to_string().contains(&format!("{entry:?}")));
         }
         let err = Policy::parse(&["ok.com", "bad_name.com"], &[] as &[&str], false).unwrap_err();
+        assert_eq!(err.to_string(), "allowlist entry \"bad_name.com\"");
         assert_eq!(
-            err.to_string(),
+            crate::error_chain(&err),
             "allowlist entry \"bad_name.com\": character '_' is not allowed in a DNS name \
              (only letters, digits and '-')"
         );
@@ -669,6 +678,11 @@ mod tests {
                 "{bad:?}: {err}"
             );
         }
+        assert_eq!(
+            crate::error_chain(&CidrRule::parse("10.1.0.0/16:http").unwrap_err()),
+            "allow_cidrs entry \"10.1.0.0/16:http\": bad port: port \"http\" is not a decimal \
+             number"
+        );
         assert_eq!(
             CidrRule::parse("10.1.0.1/16").unwrap_err().to_string(),
             "allow_cidrs entry \"10.1.0.1/16\": host bits are set; did you mean 10.1.0.0/16?"

@@ -18,9 +18,11 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
+use thiserror::Error;
 use tokio::net::UdpSocket;
 use tokio::time::{timeout_at, Instant};
 
+use crate::plan::Resolver;
 use crate::target::DnsName;
 
 /// How long one attempt waits for the replies.
@@ -102,6 +104,43 @@ impl std::fmt::Display for ReplyError {
             ReplyError::Malformed(what) => write!(f, "malformed reply: {what}"),
         }
     }
+}
+
+impl std::error::Error for ReplyError {}
+
+/// Why [`resolve_udp`] has no answer: the payload of the `io::Error` it returns (whose
+/// `source()` is then this error's source).
+#[derive(Debug, Error)]
+pub enum DnsError {
+    /// The server answered a query with an error.
+    #[error("DNS server {server}: {qtype:?} query")]
+    Reply {
+        /// The server.
+        server: SocketAddr,
+        /// The query it answered.
+        qtype: QueryType,
+        /// What the reply said.
+        #[source]
+        source: ReplyError,
+    },
+    /// Sending or receiving failed, or no reply came in time.
+    #[error("DNS server {server}")]
+    Io {
+        /// The server.
+        server: SocketAddr,
+        /// The socket's error.
+        #[source]
+        source: io::Error,
+    },
+    /// No attempt was made at all.
+    #[error("DNS server {server} did not answer")]
+    NoAnswer {
+        /// The server.
+        server: SocketAddr,
+    },
+    /// No random query id could be drawn.
+    #[error("no randomness for DNS ids")]
+    Random(#[source] getrandom::Error),
 }
 
 /// Parse a datagram as the reply to query `id` for `name`/`qtype`.
@@ -278,13 +317,26 @@ impl Reader<'_> {
 fn random_id() -> io::Result<u16> {
     getrandom::u32()
         .map(|v| v as u16)
-        .map_err(|e| io::Error::other(format!("no randomness for DNS ids: {e}")))
+        .map_err(|e| io::Error::other(DnsError::Random(e)))
 }
 
 fn local_bind_addr(server: SocketAddr) -> SocketAddr {
     match server {
         SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
         SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+    }
+}
+
+/// A [`Resolver`] asking one DNS server over UDP ([`resolve_udp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpResolver {
+    /// The server's address.
+    pub server: SocketAddr,
+}
+
+impl Resolver for UdpResolver {
+    async fn resolve(&self, name: &DnsName, _port: u16) -> io::Result<Vec<IpAddr>> {
+        resolve_udp(self.server, name).await
     }
 }
 
@@ -306,15 +358,19 @@ pub async fn resolve_udp(server: SocketAddr, name: &DnsName) -> io::Result<Vec<I
     }
     let mut addrs = Vec::new();
     let mut any_ok = false;
-    let mut first_err: Option<String> = None;
-    for (qtype, result) in types.iter().zip(results) {
+    let mut first_err: Option<DnsError> = None;
+    for (qtype, result) in types.into_iter().zip(results) {
         match result {
             Some(Ok(a)) => {
                 any_ok = true;
                 addrs.extend(a);
             }
-            Some(Err(e)) => {
-                first_err.get_or_insert_with(|| format!("{qtype:?} query: {e}"));
+            Some(Err(source)) => {
+                first_err.get_or_insert(DnsError::Reply {
+                    server,
+                    qtype,
+                    source,
+                });
             }
             None => {}
         }
@@ -323,12 +379,9 @@ pub async fn resolve_udp(server: SocketAddr, name: &DnsName) -> io::Result<Vec<I
         return Ok(addrs);
     }
     Err(match (first_err, last_io) {
-        (Some(e), _) => io::Error::other(format!("DNS server {server}: {e}")),
-        (None, Some(e)) => io::Error::new(e.kind(), format!("DNS server {server}: {e}")),
-        (None, None) => io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("DNS server {server} did not answer"),
-        ),
+        (Some(e), _) => io::Error::other(e),
+        (None, Some(source)) => io::Error::new(source.kind(), DnsError::Io { server, source }),
+        (None, None) => io::Error::new(io::ErrorKind::TimedOut, DnsError::NoAnswer { server }),
     })
 }
 

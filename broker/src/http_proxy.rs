@@ -1,9 +1,9 @@
 //! The HTTP proxy listener: `CONNECT host:port` tunnels, and plain-HTTP forwarding of
 //! absolute-form requests (`GET http://host[:port]/path HTTP/1.1`, any method).
 //!
-//! Both paths follow the same order: strict parse of the destination → [`Policy::decide`]
-//! (via [`decide_and_dial`]) → resolve once → whole answer-set check → dial exactly one
-//! address → relay. A plain-HTTP request is only forwarded when the policy allows the host
+//! Both paths follow the same order: strict parse of the destination → [`plan_connection`]
+//! (via [`decide_and_dial`]: [`Policy::decide`] → rate limit → resolve once → whole
+//! answer-set check) → dial exactly that one address → relay. A plain-HTTP request is only forwarded when the policy allows the host
 //! on that port (80 unless the URI names another; an allowlist entry without a port allows
 //! 443 only, and strict mode refuses port 80). Its head is rewritten before it goes
 //! upstream: origin-form request target, hop-by-hop headers removed, a `Host` header equal
@@ -19,6 +19,7 @@
 //! then the client connection is closed.
 //!
 //! [`Policy::decide`]: crate::allow::Policy::decide
+//! [`plan_connection`]: crate::plan::plan_connection
 
 use std::convert::Infallible;
 use std::io;

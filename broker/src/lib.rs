@@ -1,4 +1,5 @@
-//! vetto's host-side network broker: the pure decision core.
+//! vetto's host-side network broker: the per-connection decision and the server that
+//! applies it.
 //!
 //! In `allowlist` and `strict` network modes the sandboxed child has no route to the
 //! Internet; it reaches allowed destinations only through this broker (HTTP `CONNECT` or
@@ -15,32 +16,43 @@
 //!    against `host[:port]` / `*.suffix[:port]` entries (no port means 443 only). IP literals
 //!    pass only inside an explicit `allow_cidrs` range, and never in strict mode; strict mode
 //!    also refuses port 80.
-//! 4. **Only then resolve** the name, once, outside the sandbox ([`Resolver`]).
+//! 4. **Only then resolve** the name, once, outside the sandbox (a [`Resolver`]: the
+//!    host's [`SystemResolver`], or the UDP client [`dns::UdpResolver`] when the spec names a
+//!    DNS server). An allowed destination first takes one token of its per-minute budget
+//!    ([`RateLimiter`]); a denied or rate-limited one is never resolved, an IP literal never is.
 //! 5. **Classify the whole answer set** ([`classify()`]): if ANY address is loopback, private,
 //!    link-local, shared, cloud metadata, multicast, reserved, documentation... (IPv4, IPv6,
 //!    and IPv4 embedded in mapped/compatible/NAT64/6to4/Teredo IPv6) and not inside an
-//!    allowed CIDR, the entire answer is refused ([`check_answer_set`]).
+//!    allowed CIDR, the entire answer is refused ([`Policy::check_answer`], which applies
+//!    [`check_answer_set`] with the allowed CIDRs).
 //! 6. **Dial exactly one `SocketAddr`**, the first address of the accepted set, and never
 //!    resolve the name again for this connection, so a DNS rebinding between check and use
-//!    is impossible. [`plan_connection`] performs steps 3–6 and returns that address.
+//!    is impossible.
+//!
+//! Steps 3–6 are one async function, [`plan_connection`], which returns the address to dial;
+//! the server calls it for every proxied connection (and then connects to exactly that
+//! address), and its unit tests call it with fake resolvers. DNS answers are checked there
+//! and nowhere else: the resolvers only transport them.
 //!
 //! This is CONNECT-level mediation only: no TLS interception, SNI filtering or content
-//! inspection. The modules above are pure: nothing in them opens a socket, and
-//! [`SystemResolver`] is the only piece that touches the host (via `getaddrinfo`).
+//! inspection. [`target`], [`allow`] and [`mod@classify`] are pure; the resolvers are the only
+//! pieces of the decision that touch the host or the network.
 //!
 //! The server ([`server`]) puts them to work: [`serve`] accepts on listeners bound by the
 //! supervisor inside the sandbox's network namespace (HTTP `CONNECT`, SOCKS5, or a fixed
-//! host loopback port), applies the steps above per connection (async, with its own DNS
-//! client in [`dns`] when a resolver address is configured), dials from the host and relays
-//! bytes, with a connection limit, a per-destination rate limit, an idle timeout, and one
-//! [`ConnEvent`] per connection. Its tests only ever use loopback addresses.
+//! host loopback port), runs [`plan_connection`] per proxied connection, dials from the host
+//! and relays bytes, with a connection limit, an idle timeout, and one [`ConnEvent`] per
+//! connection. Its tests only ever use loopback addresses.
+//!
+//! Errors: the `Display` of an error variant never repeats its `#[source]`; print the whole
+//! chain (`{:#}` with anyhow, or [`error_chain`]).
 
 pub mod allow;
 pub mod classify;
 pub mod dns;
 mod http_proxy;
 pub mod plan;
-mod ratelimit;
+pub mod ratelimit;
 mod relay;
 pub mod server;
 mod socks5;
@@ -53,12 +65,28 @@ pub use classify::{
     check_answer_set, classify, classify_v4, classify_v6, in_cidrs, AddrClass, AnswerError,
     Embedding,
 };
+pub use dns::UdpResolver;
 pub use ipnet::IpNet;
-pub use plan::{plan_connection, PlanError, Resolver, SystemResolver};
+pub use plan::{plan_connection, PlanError, Resolver, SystemResolver, SYSTEM_RESOLVE_TIMEOUT};
+pub use ratelimit::RateLimiter;
 pub use server::{
     serve, serve_with_events, BrokerError, BrokerSpec, ConnEvent, EventDecision, ListenerKind,
+    DEFAULT_IDLE_TIMEOUT_SECS, MAX_MAX_CONNECTIONS,
 };
 pub use target::{
     parse_connect_request_line, parse_host, parse_inet_aton, parse_port, DnsName, Host, Target,
     TargetError,
 };
+
+/// `e` and its sources, joined with `": "`: what anyhow's `{:#}` prints. For error text
+/// that must be one string (a log field, a refusal's detail).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

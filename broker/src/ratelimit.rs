@@ -21,15 +21,15 @@ struct State {
 }
 
 /// A set of token buckets keyed by destination.
-pub(crate) struct RateLimiter {
+pub struct RateLimiter {
     capacity: f64,
     per_sec: f64,
     state: Mutex<State>,
 }
 
 impl RateLimiter {
-    /// `per_minute` must be at least 1.
-    pub(crate) fn new(per_minute: u32) -> Self {
+    /// Up to `per_minute` connections per key per minute (0 is taken as 1).
+    pub fn new(per_minute: u32) -> Self {
         let capacity = f64::from(per_minute.max(1));
         RateLimiter {
             capacity,
@@ -42,7 +42,7 @@ impl RateLimiter {
     }
 
     /// Take one token for `key`; false if the bucket is empty.
-    pub(crate) fn try_acquire(&self, key: &str) -> bool {
+    pub fn try_acquire(&self, key: &str) -> bool {
         let now = Instant::now();
         // A poisoned lock only means another connection panicked mid-update of plain
         // numbers; the map is still usable.

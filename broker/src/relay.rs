@@ -5,8 +5,10 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
+use nix::fcntl::{OFlag, SpliceFFlags};
+use nix::sys::socket::Shutdown;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -108,56 +110,27 @@ async fn write_all(w: &TcpStream, mut data: &[u8]) -> io::Result<()> {
 }
 
 fn shutdown_write(w: &TcpStream) {
-    // SAFETY: shutdown(2) on a socket descriptor we borrow; no memory is passed.
-    unsafe { libc::shutdown(w.as_raw_fd(), libc::SHUT_WR) };
+    // Best effort: the peer may already be gone, and the relay learns that from its reads.
+    let _ = nix::sys::socket::shutdown(w.as_raw_fd(), Shutdown::Write);
 }
 
-/// A non-blocking pipe, closed on drop.
+/// A non-blocking pipe (both ends closed on drop).
 struct Pipe {
-    rd: RawFd,
-    wr: RawFd,
+    rd: OwnedFd,
+    wr: OwnedFd,
 }
 
 impl Pipe {
     fn new() -> Option<Self> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two descriptors into our array.
-        let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
-        (r == 0).then_some(Pipe {
-            rd: fds[0],
-            wr: fds[1],
-        })
+        let (rd, wr) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).ok()?;
+        Some(Pipe { rd, wr })
     }
 }
 
-impl Drop for Pipe {
-    fn drop(&mut self) {
-        // SAFETY: closing the two descriptors this Pipe owns.
-        unsafe {
-            libc::close(self.rd);
-            libc::close(self.wr);
-        }
-    }
-}
-
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
-    let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
-    // SAFETY: splice between two descriptors we hold; null offsets (sockets and pipes).
-    let n = unsafe {
-        libc::splice(
-            from,
-            std::ptr::null_mut(),
-            to,
-            std::ptr::null_mut(),
-            len,
-            flags,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+/// Move up to `len` bytes from `from` to `to` inside the kernel (one of them is a pipe).
+fn splice(from: impl AsFd, to: impl AsFd, len: usize) -> io::Result<usize> {
+    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+    Ok(nix::fcntl::splice(from, None, to, None, len, flags)?)
 }
 
 async fn splice_pump(
@@ -171,9 +144,7 @@ async fn splice_pump(
         // The pipe is empty here, so EAGAIN can only mean the socket has nothing to read.
         // (async_io waits for readiness and retries on WouldBlock.)
         let n = r
-            .async_io(Interest::READABLE, || {
-                splice(r.as_raw_fd(), pipe.wr, BUF_MAX)
-            })
+            .async_io(Interest::READABLE, || splice(r, &pipe.wr, BUF_MAX))
             .await?;
         if n == 0 {
             shutdown_write(w);
@@ -183,7 +154,7 @@ async fn splice_pump(
         let mut left = n;
         while left > 0 {
             left -= w
-                .async_io(Interest::WRITABLE, || splice(pipe.rd, w.as_raw_fd(), left))
+                .async_io(Interest::WRITABLE, || splice(&pipe.rd, w, left))
                 .await?;
         }
         count.fetch_add(n as u64, Ordering::Relaxed);

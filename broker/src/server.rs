@@ -12,9 +12,10 @@
 //! * `Publish(port)`: a host-side listener whose connections are dialled to `port` on the
 //!   sandbox's own loopback, from a thread that joins the sandbox's network namespace.
 //!
-//! For the two proxy kinds the order is fixed: strict parse → [`Policy::decide`] →
-//! per-destination rate limit → resolve (names only, once; IP literals are never resolved)
-//! → whole answer-set check → dial exactly one `SocketAddr` → relay. A refusal is answered
+//! For the two proxy kinds the order is fixed: strict parse, then [`plan_connection`]
+//! ([`Policy::decide`] → per-destination rate limit → resolve (names only, once; IP
+//! literals are never resolved) → whole answer-set check → exactly one `SocketAddr`), then
+//! dial that address → relay. A refusal is answered
 //! in the client's protocol (HTTP status + `X-Vetto-Deny`, or a SOCKS reply code) and
 //! every connection, whatever happened, produces exactly one [`ConnEvent`] when it ends.
 //!
@@ -25,6 +26,7 @@
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,24 +36,27 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::{timeout, Instant};
 
-use crate::allow::{AllowError, Decision, DenyReason, Policy};
+use crate::allow::{AllowError, DenyReason, Policy};
 use crate::classify::{AddrClass, AnswerError};
+use crate::dns::UdpResolver;
+use crate::plan::{plan_connection, PlanError, Resolver, SystemResolver};
 use crate::ratelimit::RateLimiter;
 use crate::relay::{relay, RelayEnd, RelayStats};
 use crate::target::{DnsName, Target, TargetError};
-use crate::{dns, http_proxy, socks5};
+use crate::{error_chain, http_proxy, socks5};
 
 /// Default for [`BrokerSpec::max_connections`].
-pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
 /// Default for [`BrokerSpec::idle_timeout_secs`].
 pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 300;
-/// Default for [`BrokerSpec::connects_per_dest_per_minute`].
-pub const DEFAULT_CONNECTS_PER_DEST_PER_MINUTE: u32 = 120;
-/// Upper bound for [`BrokerSpec::max_connections`].
-pub const MAX_MAX_CONNECTIONS: usize = 65_536;
+/// Default for [`BrokerSpec::connects_per_minute`].
+pub const DEFAULT_CONNECTS_PER_MINUTE: u32 = 120;
+/// Upper bound for [`BrokerSpec::max_connections`]: the only bound of the policy key
+/// `network.max_connections` too (vetto checks that key with [`BrokerSpec::validate`]).
+pub const MAX_MAX_CONNECTIONS: u32 = 65_536;
 /// Upper bound for [`BrokerSpec::idle_timeout_secs`] (7 days).
 pub const MAX_IDLE_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
@@ -61,15 +66,14 @@ pub const HTTP_HEAD_LIMIT: usize = 8 * 1024;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed for the outgoing TCP connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time allowed for a system (getaddrinfo) resolution.
-pub const SYSTEM_RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time an over-limit connection is given to send its request before it gets its refusal.
 pub(crate) const REJECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many over-limit connections are answered at once; beyond that they are just closed.
 const MAX_REJECTING: usize = 64;
 
 /// What the supervisor sends (as JSON) to configure the broker. Every string is validated
-/// by [`serve`]; unknown fields are an error, missing ones take their defaults.
+/// by [`serve`] (and by [`BrokerSpec::validate`], the same checks); unknown fields are an
+/// error, missing ones take their defaults.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BrokerSpec {
@@ -81,17 +85,18 @@ pub struct BrokerSpec {
     pub strict: bool,
     /// `ip:port` of a DNS server to query over UDP instead of the system resolver.
     pub resolver: Option<String>,
-    /// Concurrent connections across all listeners (1..=65536).
-    pub max_connections: usize,
+    /// Concurrent connections across all listeners (1..=[`MAX_MAX_CONNECTIONS`]).
+    pub max_connections: u32,
     /// A relayed connection with no traffic in either direction for this long is closed
     /// (1..=604800).
     pub idle_timeout_secs: u64,
     /// Connection attempts per minute to one `host:port` after the allowlist said yes
     /// (token bucket, burst = this value; at least 1).
-    pub connects_per_dest_per_minute: u32,
+    pub connects_per_minute: u32,
     /// A descriptor of the sandbox's network namespace (`/proc/PID/ns/net`), needed by
-    /// `Publish` listeners to dial into the sandbox.
-    pub sandbox_netns_fd: Option<i32>,
+    /// `Publish` listeners to dial into the sandbox. It must stay open for as long as
+    /// [`serve`] runs (the broker only borrows it; the sidecar hands it over for good).
+    pub sandbox_netns_fd: Option<RawFd>,
 }
 
 impl Default for BrokerSpec {
@@ -103,7 +108,7 @@ impl Default for BrokerSpec {
             resolver: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
-            connects_per_dest_per_minute: DEFAULT_CONNECTS_PER_DEST_PER_MINUTE,
+            connects_per_minute: DEFAULT_CONNECTS_PER_MINUTE,
             sandbox_netns_fd: None,
         }
     }
@@ -188,11 +193,13 @@ pub struct ConnEvent {
     pub duration_ms: u64,
 }
 
-/// Why [`serve`] could not start or stopped.
+/// Why [`serve`] could not start or stopped. As everywhere in this crate, the text of a
+/// variant with a source does not repeat that source: print the chain (`{:#}` with anyhow,
+/// or [`error_chain`]).
 #[derive(Debug, Error)]
 pub enum BrokerError {
     /// An allowlist or CIDR entry is invalid.
-    #[error("invalid broker spec: {0}")]
+    #[error("invalid broker spec")]
     Policy(#[from] AllowError),
     /// Another spec field is invalid.
     #[error("invalid broker spec: {0}")]
@@ -209,7 +216,7 @@ pub enum BrokerError {
         target: SocketAddr,
     },
     /// A listener could not be made non-blocking or registered with the runtime.
-    #[error("listener {index} ({kind}) cannot be used: {source}")]
+    #[error("listener {index} ({kind}) cannot be used")]
     Listener {
         /// Position in the listener list.
         index: usize,
@@ -220,7 +227,7 @@ pub enum BrokerError {
         source: io::Error,
     },
     /// `accept` failed with a non-transient error; the broker stops.
-    #[error("listener {kind} on {local}: accept failed: {source}")]
+    #[error("listener {kind} on {local}: accept failed")]
     Accept {
         /// Its kind.
         kind: ListenerKind,
@@ -231,34 +238,24 @@ pub enum BrokerError {
         source: io::Error,
     },
     /// An accept loop ended unexpectedly (panic or cancellation).
-    #[error("internal error: {0}")]
-    Internal(String),
+    #[error("internal error: an accept loop ended")]
+    AcceptLoop(#[source] JoinError),
 }
 
-/// How names are resolved.
+/// The resolver a spec selects: the host's, or one DNS server over UDP.
 #[derive(Debug, Clone, Copy)]
-enum ResolverCfg {
+enum SpecResolver {
     /// `getaddrinfo(3)` via tokio's blocking pool.
-    System,
+    System(SystemResolver),
     /// Our own stub client against this server.
-    Udp(SocketAddr),
+    Udp(UdpResolver),
 }
 
-impl ResolverCfg {
-    async fn resolve(self, name: &DnsName, port: u16) -> io::Result<Vec<IpAddr>> {
+impl Resolver for SpecResolver {
+    async fn resolve(&self, name: &DnsName, port: u16) -> io::Result<Vec<IpAddr>> {
         match self {
-            ResolverCfg::Udp(server) => dns::resolve_udp(server, name).await,
-            ResolverCfg::System => {
-                // A DnsName is never numeric, so getaddrinfo cannot take it as an address.
-                let lookup = tokio::net::lookup_host((name.as_str(), port));
-                match timeout(SYSTEM_RESOLVE_TIMEOUT, lookup).await {
-                    Ok(addrs) => Ok(addrs?.map(|sa| sa.ip()).collect()),
-                    Err(_) => Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "system resolver timed out",
-                    )),
-                }
-            }
+            SpecResolver::System(r) => r.resolve(name, port).await,
+            SpecResolver::Udp(r) => r.resolve(name, port).await,
         }
     }
 }
@@ -266,14 +263,14 @@ impl ResolverCfg {
 /// State shared by every accept loop and connection.
 pub(crate) struct Shared {
     policy: Policy,
-    resolver: ResolverCfg,
-    max_connections: usize,
+    resolver: SpecResolver,
+    max_connections: u32,
     conns: Arc<Semaphore>,
     rejecting: Arc<Semaphore>,
     rate: RateLimiter,
     pub(crate) idle: Duration,
     events: UnboundedSender<ConnEvent>,
-    sandbox_netns: Option<i32>,
+    sandbox_netns: Option<RawFd>,
 }
 
 fn parse_resolver(s: &str) -> Result<SocketAddr, BrokerError> {
@@ -295,8 +292,10 @@ impl Shared {
     fn new(spec: &BrokerSpec, events: UnboundedSender<ConnEvent>) -> Result<Self, BrokerError> {
         let policy = Policy::parse(&spec.allow, &spec.allow_cidrs, spec.strict)?;
         let resolver = match &spec.resolver {
-            None => ResolverCfg::System,
-            Some(s) => ResolverCfg::Udp(parse_resolver(s)?),
+            None => SpecResolver::System(SystemResolver),
+            Some(s) => SpecResolver::Udp(UdpResolver {
+                server: parse_resolver(s)?,
+            }),
         };
         if !(1..=MAX_MAX_CONNECTIONS).contains(&spec.max_connections) {
             return Err(BrokerError::Spec(format!(
@@ -310,24 +309,35 @@ impl Shared {
                 spec.idle_timeout_secs
             )));
         }
-        if spec.connects_per_dest_per_minute == 0 {
+        if spec.connects_per_minute == 0 {
             return Err(BrokerError::Spec(
-                "connects_per_dest_per_minute must be at least 1 (use a large value to \
+                "connects_per_minute must be at least 1 (use a large value to \
                  effectively disable the limit)"
                     .into(),
             ));
         }
+        // At most MAX_MAX_CONNECTIONS (checked above): lossless.
+        let permits = usize::try_from(spec.max_connections).unwrap_or(usize::MAX);
         Ok(Shared {
             policy,
             resolver,
             max_connections: spec.max_connections,
-            conns: Arc::new(Semaphore::new(spec.max_connections)),
+            conns: Arc::new(Semaphore::new(permits)),
             rejecting: Arc::new(Semaphore::new(MAX_REJECTING)),
-            rate: RateLimiter::new(spec.connects_per_dest_per_minute),
+            rate: RateLimiter::new(spec.connects_per_minute),
             idle: Duration::from_secs(spec.idle_timeout_secs),
             events,
             sandbox_netns: spec.sandbox_netns_fd,
         })
+    }
+}
+
+impl BrokerSpec {
+    /// Every check [`serve`] makes of the spec before it looks at its listeners (allowlist
+    /// and CIDR entries, resolver, limits), by the same code, without serving anything.
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        Shared::new(self, events).map(drop)
     }
 }
 
@@ -386,10 +396,10 @@ pub async fn serve_with_events(
     }
     let err = match loops.join_next().await {
         Some(Ok(err)) => err,
-        Some(Err(join_err)) => BrokerError::Internal(format!("accept loop ended: {join_err}")),
+        Some(Err(join_err)) => BrokerError::AcceptLoop(join_err),
         None => BrokerError::NoListeners,
     };
-    tracing::error!(error = %err, "vetto broker stopping");
+    tracing::error!(error = %error_chain(&err), "vetto broker stopping");
     loops.abort_all();
     Err(err)
 }
@@ -531,11 +541,13 @@ async fn publish(shared: &Shared, client: TcpStream, port: u16, rec: &mut Record
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let r = (|| {
-            // SAFETY: setns on this dedicated thread only (network namespaces are per thread);
-            // the thread ends right after the connect.
-            if unsafe { libc::setns(ns, libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            // SAFETY: `sandbox_netns_fd` must stay open while `serve` runs (its documented
+            // contract; `vetto __broker` never closes it at all), and the borrow lives only
+            // for the setns call below, made right after the connection's task started us.
+            let ns = unsafe { BorrowedFd::borrow_raw(ns) };
+            // On this dedicated thread only (network namespaces are per thread); the thread
+            // ends right after the connect.
+            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
             let s = std::net::TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)?;
             s.set_nonblocking(true)?;
             Ok(s)
@@ -569,32 +581,16 @@ async fn connect(addr: SocketAddr) -> Result<TcpStream, Refusal> {
     }
 }
 
-/// Policy → rate limit → resolve once → whole answer-set check → connect to one address.
-/// Records the dialled address in `rec`.
+/// [`plan_connection`] (policy → rate limit → resolve once → whole answer-set check → one
+/// address), then connect to that one address. Records the dialled address in `rec`.
 pub(crate) async fn decide_and_dial(
     shared: &Shared,
     target: &Target,
     rec: &mut Record,
 ) -> Result<TcpStream, Refusal> {
-    if let Decision::Deny(reason) = shared.policy.decide(target) {
-        return Err(Refusal::denied(target, &reason));
-    }
-    if !shared.rate.try_acquire(&target.to_string()) {
-        return Err(Refusal::rate_limited(target));
-    }
-    let addrs = match target {
-        Target::Ip { addr, .. } => vec![*addr],
-        Target::Name { name, port } => shared
-            .resolver
-            .resolve(name, *port)
-            .await
-            .map_err(|e| Refusal::resolve_failed(target, &e))?,
-    };
-    let ip = shared
-        .policy
-        .check_answer(&addrs)
-        .map_err(|e| Refusal::answer(target, &e))?;
-    let addr = SocketAddr::new(ip, target.port());
+    let addr = plan_connection(&shared.policy, &shared.rate, target, &shared.resolver)
+        .await
+        .map_err(|e| Refusal::plan(target, &e))?;
     rec.dialled = Some(addr);
     connect(addr).await
 }
@@ -659,6 +655,16 @@ impl Refusal {
         )
     }
 
+    /// The refusal for what [`plan_connection`] said.
+    fn plan(target: &Target, e: &PlanError) -> Self {
+        match e {
+            PlanError::Denied(reason) => Self::denied(target, reason),
+            PlanError::RateLimited => Self::rate_limited(target),
+            PlanError::Resolve { source, .. } => Self::resolve_failed(target, source),
+            PlanError::Answer { source, .. } => Self::answer(target, source),
+        }
+    }
+
     fn denied(target: &Target, reason: &DenyReason) -> Self {
         let code = match reason {
             DenyReason::StrictPort80 => "strict-port-80",
@@ -684,7 +690,7 @@ impl Refusal {
         )
     }
 
-    fn too_many(max: usize) -> Self {
+    fn too_many(max: u32) -> Self {
         Self::deny(
             "too-many-connections",
             503,
@@ -698,7 +704,7 @@ impl Refusal {
             "resolve-failed",
             502,
             socks_rep::HOST_UNREACHABLE,
-            format!("{target}: resolving the name failed: {e}"),
+            format!("{target}: resolving the name failed: {}", error_chain(e)),
         )
     }
 
@@ -891,10 +897,7 @@ mod tests {
         let spec: BrokerSpec = serde_json::from_str(r#"{"allow":["crates.io"]}"#).unwrap();
         assert_eq!(spec.max_connections, DEFAULT_MAX_CONNECTIONS);
         assert_eq!(spec.idle_timeout_secs, DEFAULT_IDLE_TIMEOUT_SECS);
-        assert_eq!(
-            spec.connects_per_dest_per_minute,
-            DEFAULT_CONNECTS_PER_DEST_PER_MINUTE
-        );
+        assert_eq!(spec.connects_per_minute, DEFAULT_CONNECTS_PER_MINUTE);
         assert!(serde_json::from_str::<BrokerSpec>(r#"{"alow":["crates.io"]}"#).is_err());
         let kind: ListenerKind = serde_json::from_str(r#"{"host-port":"127.0.0.1:5432"}"#).unwrap();
         assert_eq!(
@@ -946,12 +949,61 @@ mod tests {
                 ..ok.clone()
             },
             BrokerSpec {
-                connects_per_dest_per_minute: 0,
+                connects_per_minute: 0,
                 ..ok.clone()
             },
         ] {
             assert!(Shared::new(&bad, tx.clone()).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn validate_is_the_servers_check() {
+        assert!(BrokerSpec::default().validate().is_ok());
+        let bad = BrokerSpec {
+            max_connections: MAX_MAX_CONNECTIONS + 1,
+            ..BrokerSpec::default()
+        };
+        let e = bad.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid broker spec: max_connections must be 1..=65536, got 65537"
+        );
+        let max = BrokerSpec {
+            max_connections: MAX_MAX_CONNECTIONS,
+            ..BrokerSpec::default()
+        };
+        assert!(max.validate().is_ok());
+    }
+
+    #[test]
+    fn errors_print_their_source_once() {
+        let e = BrokerSpec {
+            allow: vec!["a b.example".into()],
+            ..BrokerSpec::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(
+            error_chain(&e),
+            "invalid broker spec: allowlist entry \"a b.example\": whitespace or control \
+             character ' ' in destination"
+        );
+        let e = BrokerError::Listener {
+            index: 1,
+            kind: ListenerKind::Socks5,
+            source: io::Error::other("boom"),
+        };
+        assert_eq!(error_chain(&e), "listener 1 (socks5) cannot be used: boom");
+        let e = BrokerError::Accept {
+            kind: ListenerKind::HttpProxy,
+            local: "127.0.0.1:3128".into(),
+            source: io::Error::other("boom"),
+        };
+        assert_eq!(
+            error_chain(&e),
+            "listener http-proxy on 127.0.0.1:3128: accept failed: boom"
+        );
     }
 
     #[test]

@@ -572,6 +572,14 @@ async fn resolution_and_connect_failures_are_502() {
     assert_eq!(r.status, 502);
     assert_eq!(r.headers["x-vetto-deny"], "resolve-failed");
     assert!(r.body.contains(&dead_addr.to_string()), "{}", r.body);
+    // The DNS client's typed error arrives whole: the server, then the socket's error.
+    assert!(
+        r.body.contains(&format!(
+            "resolving the name failed: DNS server {dead_addr}: "
+        )),
+        "{}",
+        r.body
+    );
     assert_eq!(b.event().await.decision, EventDecision::Error);
 }
 
@@ -1430,7 +1438,7 @@ async fn rate_limit_per_destination() {
     dns.set("echo.vetto.test", &["127.0.0.2"]);
     let mut b = Broker::start(
         BrokerSpec {
-            connects_per_dest_per_minute: 2,
+            connects_per_minute: 2,
             ..spec(
                 &[
                     format!("echo.vetto.test:{port}"),

@@ -326,28 +326,21 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
                 n.allow_cidrs.as_deref().unwrap_or(&[]),
                 src,
             );
-            for (key, v, dst) in [
-                (
-                    "network.connects_per_minute",
-                    n.connects_per_minute,
-                    &mut p.connects_per_minute,
-                ),
-                (
-                    "network.max_connections",
-                    n.max_connections,
-                    &mut p.max_connections,
-                ),
-            ] {
-                if let Some(v) = v {
-                    if v == 0 || v > 1_000_000 {
-                        return Err(PolicyError::BadValue {
-                            key: key.into(),
-                            value: v.to_string(),
-                            reason: "must be between 1 and 1000000".into(),
-                        });
-                    }
-                    *dst = Sourced::new(v, src);
+            if let Some(v) = n.connects_per_minute {
+                if v == 0 || v > 1_000_000 {
+                    return Err(PolicyError::BadValue {
+                        key: "network.connects_per_minute".into(),
+                        value: v.to_string(),
+                        reason: "must be between 1 and 1000000".into(),
+                    });
                 }
+                p.connects_per_minute = Sourced::new(v, src);
+            }
+            // Its range is the broker's (vetto_broker::MAX_MAX_CONNECTIONS), checked by the
+            // broker's own spec validation when the policy is loaded (vetto's netcheck) and
+            // before a broker starts; a second bound here could only disagree with it.
+            if let Some(v) = n.max_connections {
+                p.max_connections = Sourced::new(v, src);
             }
             if let Some(r) = &n.resolver {
                 let sa: std::net::SocketAddr = r.parse().map_err(|_| PolicyError::BadValue {

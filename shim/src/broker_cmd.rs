@@ -1,20 +1,20 @@
 //! `vetto __broker`: the sidecar's entry point (started by `sidecar::spawn`, never by hand).
-//! It takes the spec from the environment and the listening sockets as fds 3…, and serves
-//! until the supervisor kills it.
+//! It takes its [`Launch`] (spec and listener kinds) from the environment and the listening
+//! sockets as fds 3…, and serves until the supervisor kills it.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::os::fd::FromRawFd;
 
 use anyhow::{bail, Context, Result};
-use vetto_broker::server::{serve, BrokerSpec, ListenerKind};
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
+use nix::sys::stat::{fstat, SFlag};
+use vetto_broker::server::serve;
 
-use crate::sidecar::{ROLES_ENV, SPEC_ENV, WATCH_ENV};
+use crate::sidecar::{Launch, SPEC_ENV, WATCH_ENV};
 
 fn fd_is_socket(fd: i32) -> bool {
-    // SAFETY: fstat fills a zeroed struct we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { libc::fstat(fd, &mut st) } == 0) && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+    fstat(fd)
+        .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFSOCK)
 }
 
 /// Exit the whole broker when `pid` (a `vetto-shim` container's init) exits: a thread blocks
@@ -43,43 +43,22 @@ fn watch(pid: i32) -> Result<()> {
 
 /// Run the broker.
 pub fn run() -> Result<()> {
-    let spec: BrokerSpec =
-        serde_json::from_str(&std::env::var(SPEC_ENV).context("broker: no spec")?)
-            .context("broker: bad spec")?;
-    let roles = std::env::var(ROLES_ENV).context("broker: no listener roles")?;
+    let launch: Launch = serde_json::from_str(&std::env::var(SPEC_ENV).context("broker: no spec")?)
+        .context("broker: bad spec")?;
     let mut listeners = vec![];
-    for (i, role) in roles.split_whitespace().enumerate() {
+    for (i, kind) in launch.listeners.into_iter().enumerate() {
         let fd = 3 + i as i32;
         if !fd_is_socket(fd) {
-            bail!("broker: fd {fd} is not the listening socket for {role}");
+            bail!("broker: fd {fd} is not the listening socket for {kind}");
         }
-        let kind = match role {
-            "http" => ListenerKind::HttpProxy,
-            "socks5" => ListenerKind::Socks5,
-            r if r.starts_with("publish:") => match r["publish:".len()..].parse::<u16>() {
-                Ok(p) => ListenerKind::Publish(p),
-                Err(_) => bail!("broker: bad listener role {r}"),
-            },
-            r => match r.strip_prefix("host:").map(str::parse::<SocketAddr>) {
-                Some(Ok(a)) => ListenerKind::HostPort(a),
-                _ => bail!("broker: unknown listener role {r}"),
-            },
-        };
         // SAFETY: fd 3+i was placed by the supervisor for us alone and is a socket (checked).
         let l = unsafe { TcpListener::from_raw_fd(fd) };
         listeners.push((kind, l));
     }
-    // Two descriptors per relayed connection: take the whole hard limit for the sockets.
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit on our own struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
+    // Two descriptors per relayed connection: take the whole hard limit for the sockets
+    // (best effort: the soft limit stays as it was if this fails).
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
     if let Some(pid) = std::env::var(WATCH_ENV)
         .ok()
@@ -91,6 +70,7 @@ pub fn run() -> Result<()> {
         .enable_all()
         .build()
         .context("broker: tokio runtime")?;
-    rt.block_on(serve(spec, listeners)).context("broker")?;
+    rt.block_on(serve(launch.spec, listeners))
+        .context("broker")?;
     Ok(())
 }

@@ -9,12 +9,14 @@
 //!   then requires of it (a loopback address and a port).
 //! - `resolver`, `max_connections`, `connects_per_minute`: each alone, then the whole spec
 //!   the broker is started with ([`sidecar::broker_spec`]), through the broker's own spec
-//!   validation ([`sidecar::check_spec`]).
+//!   validation ([`BrokerSpec::validate`]). The policy layer does not bound
+//!   `max_connections` itself: the broker's limit ([`vetto_broker::MAX_MAX_CONNECTIONS`]) is
+//!   the only one.
 
 use std::net::SocketAddr;
 
 use thiserror::Error;
-use vetto_broker::{AllowEntry, BrokerSpec, CidrRule};
+use vetto_broker::{error_chain, AllowEntry, BrokerSpec, CidrRule};
 use vetto_bundle::policy::NetworkMode;
 use vetto_bundle::resolve::{Policy, Source};
 use vetto_bundle::translate::broker_setup;
@@ -52,17 +54,18 @@ pub fn validate_network(policy: &Policy) -> Result<(), NetCheckError> {
     };
     for a in &policy.allow {
         AllowEntry::parse(&a.value)
-            .map_err(|e| entry("network.allow", &a.source, e.to_string()))?;
+            .map_err(|e| entry("network.allow", &a.source, error_chain(&e)))?;
     }
     for c in &policy.allow_cidrs {
         CidrRule::parse(&c.value)
-            .map_err(|e| entry("network.allow_cidrs", &c.source, e.to_string()))?;
+            .map_err(|e| entry("network.allow_cidrs", &c.source, error_chain(&e)))?;
     }
     for h in &policy.host_ports {
         host_port(&h.value).map_err(|reason| entry("network.host_ports", &h.source, reason))?;
     }
     let alone = |key: &'static str, origin: &Source, spec: BrokerSpec| {
-        sidecar::check_spec(&spec).map_err(|e| entry(key, origin, sidecar::spec_problem(&e)))
+        spec.validate()
+            .map_err(|e| entry(key, origin, sidecar::spec_problem(&e)))
     };
     if let Some(r) = &policy.resolver {
         alone(
@@ -79,7 +82,7 @@ pub fn validate_network(policy: &Policy) -> Result<(), NetCheckError> {
         "network.max_connections",
         &m.source,
         BrokerSpec {
-            max_connections: usize::try_from(m.value).unwrap_or(usize::MAX),
+            max_connections: m.value,
             ..BrokerSpec::default()
         },
     )?;
@@ -88,7 +91,7 @@ pub fn validate_network(policy: &Policy) -> Result<(), NetCheckError> {
         "network.connects_per_minute",
         &c.source,
         BrokerSpec {
-            connects_per_dest_per_minute: c.value,
+            connects_per_minute: c.value,
             ..BrokerSpec::default()
         },
     )?;
@@ -98,7 +101,8 @@ pub fn validate_network(policy: &Policy) -> Result<(), NetCheckError> {
         on.network.value = NetworkMode::Allowlist;
     }
     if let Some(setup) = broker_setup(&on)? {
-        sidecar::check_spec(&sidecar::broker_spec(&setup.broker))
+        sidecar::broker_spec(&setup.broker)
+            .validate()
             .map_err(|e| NetCheckError::Spec(sidecar::spec_problem(&e)))?;
     }
     Ok(())
@@ -181,9 +185,9 @@ mod tests {
             // Network off (the default): still bad input.
             let err = refused(&format!("[network]\n{toml}\n"));
             let broker = if key == "network.allow" {
-                AllowEntry::parse(entry).unwrap_err().to_string()
+                error_chain(&AllowEntry::parse(entry).unwrap_err())
             } else {
-                CidrRule::parse(entry).unwrap_err().to_string()
+                error_chain(&CidrRule::parse(entry).unwrap_err())
             };
             assert_eq!(
                 err.to_string(),
@@ -197,6 +201,12 @@ mod tests {
             );
             assert!(std::error::Error::source(&err).is_none(), "{err}");
         }
+        // The broker's reason comes with its own source, once.
+        assert_eq!(
+            refused("[network]\nallow = [\"a b.example\"]\n").to_string(),
+            "network.allow (policy file /p/test.toml): allowlist entry \"a b.example\": \
+             whitespace or control character ' ' in destination"
+        );
     }
 
     #[test]
@@ -214,6 +224,19 @@ mod tests {
             "network.max_connections (policy file /p/test.toml): max_connections must be \
              1..=65536, got 100000"
         );
+        // The broker's bound is the only one (the policy layer has none of its own).
+        let err = refused("[network]\nmax_connections = 0\n");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "network.max_connections (policy file /p/test.toml): max_connections must be \
+                 1..={}, got 0",
+                vetto_broker::MAX_MAX_CONNECTIONS
+            )
+        );
+        assert!(refused("[network]\nmax_connections = 5000000\n")
+            .to_string()
+            .starts_with("network.max_connections (policy file /p/test.toml): "));
         // host_ports: the broker's own ports are refused with the translation's error.
         assert!(matches!(
             refused("[network]\nhost_ports = [3128]\n"),
@@ -230,12 +253,12 @@ mod tests {
 
     #[test]
     fn check_spec_is_the_brokers_validation() {
-        sidecar::check_spec(&BrokerSpec::default()).unwrap();
+        BrokerSpec::default().validate().unwrap();
         let bad = BrokerSpec {
             allow: vec!["*.com".into()],
             ..BrokerSpec::default()
         };
-        let e = sidecar::check_spec(&bad).unwrap_err();
+        let e = bad.validate().unwrap_err();
         assert!(matches!(e, vetto_broker::BrokerError::Policy(_)), "{e}");
         assert_eq!(
             sidecar::spec_problem(&e),

@@ -9,14 +9,28 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use std::net::SocketAddr;
+
 use anyhow::{anyhow, bail, Context, Result};
-use vetto_broker::server::{BrokerError, BrokerSpec};
+use serde::{Deserialize, Serialize};
+use vetto_broker::server::{BrokerError, BrokerSpec, ListenerKind};
+use vetto_broker::{error_chain, DEFAULT_IDLE_TIMEOUT_SECS};
 use vetto_bundle::plan::{BrokerPlan, Listener, ListenerRole};
 
-/// The environment variable carrying the broker's spec (JSON).
+/// The environment variable carrying the broker's [`Launch`] (JSON).
 pub const SPEC_ENV: &str = "VETTO_BROKER_SPEC";
-/// The environment variable naming each inherited listener's role, in fd order from 3.
-pub const ROLES_ENV: &str = "VETTO_BROKER_ROLES";
+
+/// Everything `vetto __broker` is started with, besides its descriptors: written by
+/// [`spawn`] and read by `broker_cmd` with the same types (serde, unknown fields refused),
+/// so the two ends cannot disagree on a name.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Launch {
+    /// The broker's configuration.
+    pub spec: BrokerSpec,
+    /// What each inherited listening socket is, in fd order from 3.
+    pub listeners: Vec<ListenerKind>,
+}
 
 /// A `SOCK_SEQPACKET` pair: (supervisor end, init end).
 pub fn channel() -> Result<(OwnedFd, OwnedFd)> {
@@ -60,12 +74,18 @@ pub fn receive(sock: &OwnedFd, want: usize, timeout: Duration) -> Result<Vec<Own
     Ok(out)
 }
 
-fn role_name(r: &ListenerRole) -> String {
-    match r {
-        ListenerRole::HttpProxy => "http".into(),
-        ListenerRole::Socks5 => "socks5".into(),
-        ListenerRole::HostPort { target } => format!("host:{target}"),
-    }
+/// The broker's listener kind for a planned sandbox listener. A `host_ports` target is
+/// parsed as a `SocketAddr` here; `serve` then refuses one that is not loopback.
+fn listener_kind(r: &ListenerRole) -> Result<ListenerKind> {
+    Ok(match r {
+        ListenerRole::HttpProxy => ListenerKind::HttpProxy,
+        ListenerRole::Socks5 => ListenerKind::Socks5,
+        ListenerRole::HostPort { target } => ListenerKind::HostPort(
+            target
+                .parse::<SocketAddr>()
+                .with_context(|| format!("network: host port target {target:?}"))?,
+        ),
+    })
 }
 
 /// Bind the host side of `network.publish` now, so a port in use fails before the sandbox
@@ -100,55 +120,45 @@ pub enum Lifetime {
     },
 }
 
-/// Seconds without traffic after which the broker closes a relayed connection.
-pub const IDLE_TIMEOUT_SECS: u64 = 300;
-
 /// The spec the broker is started with for `plan` (without the sandbox's network
-/// namespace descriptor, which only [`spawn`] knows).
+/// namespace descriptor, which only [`spawn`] knows). Every field of both types is named
+/// here, so a field added to either is a compile error until it is bridged; the idle timeout
+/// is not a policy key, so it is the broker's default.
 pub fn broker_spec(plan: &BrokerPlan) -> BrokerSpec {
+    let BrokerPlan {
+        allow,
+        allow_cidrs,
+        strict,
+        resolver,
+        connects_per_minute,
+        max_connections,
+    } = plan;
     BrokerSpec {
-        allow: plan.allow.clone(),
-        allow_cidrs: plan.allow_cidrs.clone(),
-        strict: plan.strict,
-        resolver: plan.resolver.clone(),
-        max_connections: usize::try_from(plan.max_connections).unwrap_or(usize::MAX),
-        idle_timeout_secs: IDLE_TIMEOUT_SECS,
-        connects_per_dest_per_minute: plan.connects_per_minute,
+        allow: allow.clone(),
+        allow_cidrs: allow_cidrs.clone(),
+        strict: *strict,
+        resolver: resolver.clone(),
+        max_connections: *max_connections,
+        idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
+        connects_per_minute: *connects_per_minute,
         sandbox_netns_fd: None,
     }
 }
 
-/// Run the broker's own validation of `spec` in this process: every check
-/// [`vetto_broker::serve`] makes before it touches a listener (allowlist and CIDR entries,
-/// resolver, limits). `serve` validates the spec first and, given no listeners, then
-/// returns [`BrokerError::NoListeners`]: that answer means the spec is good.
-pub fn check_spec(spec: &BrokerSpec) -> Result<(), BrokerError> {
-    // A current-thread runtime starts no thread (the supervisor must stay single-threaded
-    // for its user namespace), and is gone when this returns.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| BrokerError::Internal(format!("tokio runtime: {e}")))?;
-    match rt.block_on(vetto_broker::serve(spec.clone(), Vec::new())) {
-        Err(BrokerError::NoListeners) | Ok(()) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// What is wrong in a spec `check_spec` refused, once (the error's text, without the
-/// "invalid broker spec" prefix and without repeating its source).
+/// What is wrong in a spec [`BrokerSpec::validate`] refused, once: the error and its
+/// sources, without the "invalid broker spec" prefix.
 pub fn spec_problem(e: &BrokerError) -> String {
     match e {
-        BrokerError::Policy(allow) => allow.to_string(),
+        BrokerError::Policy(allow) => error_chain(allow),
         BrokerError::Spec(what) => what.clone(),
-        other => other.to_string(),
+        other => error_chain(other),
     }
 }
 
 /// Start `vetto __broker` (from this executable) with the listeners as fds 3, 4, …
 ///
-/// The spec is checked in this process first (see [`check_spec`]), so a broker that would
-/// refuse it is never started: the caller gets the broker's reason, once.
+/// The spec is checked in this process first ([`BrokerSpec::validate`]), so a broker that
+/// would refuse it is never started: the caller gets the broker's reason, once.
 pub fn spawn(
     plan: &BrokerPlan,
     listeners: &[Listener],
@@ -162,9 +172,12 @@ pub fn spawn(
         true => None,
         false => fds.pop(),
     };
-    let mut roles: Vec<String> = listeners.iter().map(|l| role_name(&l.role)).collect();
+    let mut kinds = listeners
+        .iter()
+        .map(|l| listener_kind(&l.role))
+        .collect::<Result<Vec<_>>>()?;
     for (port, fd) in published {
-        roles.push(format!("publish:{port}"));
+        kinds.push(ListenerKind::Publish(port));
         fds.push(fd);
     }
     let netns_fd = netns.as_ref().map(|_| 3 + fds.len() as i32);
@@ -173,9 +186,13 @@ pub fn spawn(
         sandbox_netns_fd: netns_fd,
         ..broker_spec(plan)
     };
-    check_spec(&spec)
+    spec.validate()
         .map_err(|e| anyhow!("network: the broker cannot start: {}", spec_problem(&e)))?;
-    let spec = serde_json::to_string(&spec).context("network: broker spec")?;
+    let launch = Launch {
+        spec,
+        listeners: kinds,
+    };
+    let launch = serde_json::to_string(&launch).context("network: broker spec")?;
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     // This very binary, wherever it runs from (vetto-shim runs from a detached read-only
     // mount, which has no path).
@@ -185,8 +202,7 @@ pub fn spawn(
         cmd.arg0(argv0);
     }
     cmd.arg("__broker")
-        .env(SPEC_ENV, spec)
-        .env(ROLES_ENV, roles.join(" "))
+        .env(SPEC_ENV, launch)
         .stdin(Stdio::null());
     let die_with_parent = matches!(lifetime, Lifetime::DieWithParent);
     if let Lifetime::Watch { pid, log } = lifetime {
@@ -242,4 +258,66 @@ pub fn spawn(
 pub fn stop(mut child: Child) {
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests: a panic is the failure report.
+mod tests {
+    use super::*;
+
+    fn plan() -> BrokerPlan {
+        BrokerPlan {
+            allow: vec!["crates.io".into()],
+            allow_cidrs: vec!["10.1.0.0/16:5432".into()],
+            strict: true,
+            resolver: Some("127.0.0.53:53".into()),
+            connects_per_minute: 7,
+            max_connections: 9,
+        }
+    }
+
+    #[test]
+    fn spec_is_the_plan_with_the_brokers_idle_default() {
+        let spec = broker_spec(&plan());
+        assert_eq!(spec.allow, ["crates.io"]);
+        assert_eq!(spec.allow_cidrs, ["10.1.0.0/16:5432"]);
+        assert!(spec.strict);
+        assert_eq!(spec.resolver.as_deref(), Some("127.0.0.53:53"));
+        assert_eq!((spec.max_connections, spec.connects_per_minute), (9, 7));
+        assert_eq!(spec.idle_timeout_secs, DEFAULT_IDLE_TIMEOUT_SECS);
+        assert_eq!(spec.sandbox_netns_fd, None);
+        spec.validate().unwrap();
+    }
+
+    #[test]
+    fn launch_round_trips_and_refuses_unknown_fields() {
+        let launch = Launch {
+            spec: broker_spec(&plan()),
+            listeners: vec![
+                listener_kind(&ListenerRole::HttpProxy).unwrap(),
+                listener_kind(&ListenerRole::Socks5).unwrap(),
+                listener_kind(&ListenerRole::HostPort {
+                    target: "[::1]:6379".into(),
+                })
+                .unwrap(),
+                ListenerKind::Publish(8080),
+            ],
+        };
+        assert_eq!(
+            launch.listeners[2],
+            ListenerKind::HostPort("[::1]:6379".parse().unwrap())
+        );
+        let json = serde_json::to_string(&launch).unwrap();
+        assert_eq!(serde_json::from_str::<Launch>(&json).unwrap(), launch);
+        let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v["roles"] = "http socks5".into();
+        assert!(serde_json::from_str::<Launch>(&v.to_string()).is_err());
+        let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v["spec"]["connects_per_dest_per_minute"] = 3.into();
+        assert!(serde_json::from_str::<Launch>(&v.to_string()).is_err());
+        assert!(listener_kind(&ListenerRole::HostPort {
+            target: "localhost:5432".into()
+        })
+        .is_err());
+    }
 }
