@@ -103,6 +103,6 @@ pub enum TranslateError {
     #[error("{0} is not supported yet")]
     Unsupported(String),
     /// The OCI spec could not be built.
-    #[error("building the OCI spec: {0}")]
-    Oci(String),
+    #[error("building the OCI spec")]
+    Oci(#[source] serde_json::Error),
 }
