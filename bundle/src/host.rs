@@ -120,10 +120,11 @@ pub fn canonical_beyond(p: &Path) -> Result<PathBuf, std::io::Error> {
 }
 
 fn canonical_dir(p: &Path, what: &str) -> Result<PathBuf, TranslateError> {
-    let c = p.canonicalize().map_err(|e| TranslateError::Path {
+    let c = p.canonicalize().map_err(|source| TranslateError::Io {
         key: what.into(),
         path: p.display().to_string(),
-        reason: e.to_string(),
+        what: String::new(),
+        source,
     })?;
     if !c.is_dir() {
         return Err(TranslateError::Path {
@@ -139,10 +140,11 @@ impl HostFacts {
     /// Gather the facts for a project (default: the current directory). Landlock support is
     /// filled in by the caller, which owns the kernel probes.
     pub fn gather(project: Option<&Path>) -> Result<Self, TranslateError> {
-        let cwd = std::env::current_dir().map_err(|e| TranslateError::Path {
+        let cwd = std::env::current_dir().map_err(|source| TranslateError::Io {
             key: "cwd".into(),
             path: ".".into(),
-            reason: e.to_string(),
+            what: String::new(),
+            source,
         })?;
         let project = canonical_dir(project.unwrap_or(&cwd), "project")?;
         let cwd = cwd.canonicalize().unwrap_or_else(|_| project.clone());
@@ -164,10 +166,11 @@ impl HostFacts {
                 reason: "HOME must be an absolute path".into(),
             });
         }
-        let home = canonical_beyond(Path::new(&home_raw)).map_err(|e| TranslateError::Path {
+        let home = canonical_beyond(Path::new(&home_raw)).map_err(|source| TranslateError::Io {
             key: "HOME".into(),
             path: home_raw.clone(),
-            reason: e.to_string(),
+            what: String::new(),
+            source,
         })?;
         let user = env
             .get("USER")

@@ -30,13 +30,14 @@ pub(super) fn resolve_existing(
     facts: &HostFacts,
 ) -> Result<PathBuf, TranslateError> {
     let expanded = expand_path(raw, &facts.home, &facts.project)?;
-    let canon = expanded.canonicalize().map_err(|e| {
-        path_err(
-            key,
-            raw,
-            format!("cannot resolve {}: {e}", expanded.display()),
-        )
-    })?;
+    let canon = expanded
+        .canonicalize()
+        .map_err(|source| TranslateError::Io {
+            key: key.into(),
+            path: raw.into(),
+            what: format!("cannot resolve {}", expanded.display()),
+            source,
+        })?;
     let relative = !raw.starts_with('/') && !raw.starts_with('~');
     if relative && !canon.starts_with(&facts.project) {
         return Err(path_err(
@@ -66,7 +67,12 @@ pub(super) fn resolve_in_project(
     }
     let canon = expanded
         .canonicalize()
-        .map_err(|e| path_err(key, raw, format!("cannot resolve: {e}")))?;
+        .map_err(|source| TranslateError::Io {
+            key: key.into(),
+            path: raw.into(),
+            what: "cannot resolve".into(),
+            source,
+        })?;
     if !canon.starts_with(&facts.project) {
         return Err(path_err(
             key,
