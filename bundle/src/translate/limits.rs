@@ -26,32 +26,16 @@ pub(super) fn rlimits(b: &mut Builder, policy: &Policy) -> Vec<Value> {
         },
         &policy.limits.core_dumps.source,
     );
-    if let Some(n) = &policy.limits.open_files {
-        rlimits.push(json!({"type": "RLIMIT_NOFILE", "hard": n.value, "soft": n.value}));
-        b.note(
-            "limit",
-            "open_files",
-            format!("RLIMIT_NOFILE = {}", n.value),
-            &n.source,
-        );
-    }
-    if let Some(n) = &policy.limits.processes {
-        rlimits.push(json!({"type": "RLIMIT_NPROC", "hard": n.value, "soft": n.value}));
-        b.note(
-            "limit",
-            "processes",
-            format!("RLIMIT_NPROC = {}", n.value),
-            &n.source,
-        );
-    }
-    if let Some(n) = &policy.limits.memory {
-        rlimits.push(json!({"type": "RLIMIT_AS", "hard": n.value, "soft": n.value}));
-        b.note(
-            "limit",
-            "memory",
-            format!("RLIMIT_AS = {} bytes", n.value),
-            &n.source,
-        );
+    let sized = [
+        ("RLIMIT_NOFILE", "open_files", &policy.limits.open_files, ""),
+        ("RLIMIT_NPROC", "processes", &policy.limits.processes, ""),
+        ("RLIMIT_AS", "memory", &policy.limits.memory, " bytes"),
+    ];
+    for (ty, key, limit, unit) in sized {
+        if let Some(n) = limit {
+            rlimits.push(json!({"type": ty, "hard": n.value, "soft": n.value}));
+            b.note("limit", key, format!("{ty} = {}{unit}", n.value), &n.source);
+        }
     }
     if let Some(w) = &policy.limits.wall_clock {
         b.note(

@@ -22,6 +22,18 @@ pub(super) fn path_err(key: &str, path: &str, reason: impl ToString) -> Translat
     }
 }
 
+/// A project-relative path that resolves outside the project.
+fn escapes(key: &str, raw: &str, canon: &Path) -> TranslateError {
+    path_err(
+        key,
+        raw,
+        format!(
+            "escapes the project through a symlink (resolves to {})",
+            canon.display()
+        ),
+    )
+}
+
 /// Resolve a policy path that must exist. Project-relative paths must stay inside the
 /// project after symlinks are resolved.
 pub(super) fn resolve_existing(
@@ -40,14 +52,7 @@ pub(super) fn resolve_existing(
         })?;
     let relative = !raw.starts_with('/') && !raw.starts_with('~');
     if relative && !canon.starts_with(&facts.project) {
-        return Err(path_err(
-            key,
-            raw,
-            format!(
-                "escapes the project through a symlink (resolves to {})",
-                canon.display()
-            ),
-        ));
+        return Err(escapes(key, raw, &canon));
     }
     Ok(canon)
 }
@@ -74,14 +79,7 @@ pub(super) fn resolve_in_project(
             source,
         })?;
     if !canon.starts_with(&facts.project) {
-        return Err(path_err(
-            key,
-            raw,
-            format!(
-                "escapes the project through a symlink (resolves to {})",
-                canon.display()
-            ),
-        ));
+        return Err(escapes(key, raw, &canon));
     }
     Ok(Some(canon))
 }
