@@ -24,12 +24,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{PolicyError, TranslateError};
-use crate::plan::{default_seccomp, FsAccess, LandlockPlan, LandlockRule, NetPlan, SeccompPlan};
+use crate::host::{self, canonical_beyond};
+use crate::plan::{FsAccess, LandlockPlan, LandlockRule, NetPlan, SeccompPlan};
 use crate::policy::ProjectAccess;
 use crate::resolve::{self, Inputs, Policy, TrustContext};
 use crate::secrets::{self, MaskKind};
-use crate::translate::never_passes;
+use crate::translate::{environment, landlock, masks, network, seccomp};
 use crate::trust::TrustStore;
+
+pub use crate::host::ResolvedSource;
+pub use crate::translate::mounts::PROC_READONLY;
 
 /// The annotation that selects a policy for one container.
 pub const POLICY_ANNOTATION: &str = "dev.vetto.policy";
@@ -229,21 +233,8 @@ pub fn harden_process(
         }
     }
     process["noNewPrivileges"] = Value::Bool(true);
-    let set_names: Vec<&str> = env_set
-        .iter()
-        .map(|kv| kv.split('=').next().unwrap_or(""))
-        .collect();
-    let mut removed = vec![];
-    let mut env: Vec<String> = vec![];
-    for kv in strs(process.get("env")) {
-        let name = kv.split('=').next().unwrap_or("");
-        if never_passes(name) && !pass_through.iter().any(|p| p == name) {
-            removed.push(name.to_string());
-        } else if !set_names.contains(&name) {
-            env.push(kv);
-        }
-    }
-    env.extend(env_set.iter().cloned());
+    let (env, removed) =
+        environment::filter_image_env(strs(process.get("env")), pass_through, env_set);
     process["env"] = json!(env);
     Ok(removed)
 }
@@ -344,22 +335,36 @@ pub const ENGINE_STATE_DIRS: &[&str] = &[
     "/var/lib/rancher",
 ];
 
-/// Daemon sockets under each user's runtime directory (rootless engines).
-fn per_user_sockets() -> Vec<PathBuf> {
-    let mut out = vec![];
-    if let Ok(rd) = std::fs::read_dir("/run/user") {
-        for e in rd.flatten() {
-            for rel in [
-                "docker.sock",
-                "podman/podman.sock",
-                "containerd/containerd.sock",
-            ] {
-                out.push(e.path().join(rel));
-            }
-        }
-    }
-    out.push(PathBuf::from("/run/k3s/containerd/containerd.sock"));
-    out
+/// Where rootless engines keep their sockets, beneath each user's runtime directory.
+const PER_USER_SOCKETS: &[&str] = &[
+    "docker.sock",
+    "podman/podman.sock",
+    "containerd/containerd.sock",
+];
+
+/// The users' runtime directories: a bind of this directory (or of what holds it) holds every
+/// rootless engine's socket, of the users logged in now and of those to come.
+const USER_RUNTIME_ROOT: &str = "/run/user";
+
+/// Where daemon sockets are or would be, canonical (judged where they would be: a bind of a
+/// directory an engine will put its socket in is refused before the engine starts): the
+/// well-known paths, and beneath each user's runtime directory there is now. Those that
+/// exist come first, so a refusal names a socket that is there when there is one.
+fn daemon_socket_places() -> Vec<PathBuf> {
+    let users = host::user_runtime_dirs(Path::new(USER_RUNTIME_ROOT));
+    let (mut there, absent): (Vec<PathBuf>, Vec<PathBuf>) = DAEMON_SOCKET_PATHS
+        .iter()
+        .map(PathBuf::from)
+        .chain(
+            users
+                .iter()
+                .flat_map(|u| PER_USER_SOCKETS.iter().map(move |rel| u.join(rel))),
+        )
+        .chain([PathBuf::from("/run/k3s/containerd/containerd.sock")])
+        .filter_map(|p| canonical_beyond(&p).ok())
+        .partition(|p| p.symlink_metadata().is_ok());
+    there.extend(absent);
+    there
 }
 
 /// Mount types a hardened container may have besides binds.
@@ -378,21 +383,6 @@ fn kernel_fs_place(ty: &str) -> Option<&'static str> {
         "devpts" => Some("/dev/pts"),
         _ => None,
     }
-}
-
-/// `/proc` paths that stay read-only in every hardened container, whatever the bundle says.
-pub const PROC_READONLY: &[&str] = &[
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/irq",
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-];
-
-/// (device, inode) of a namespace file, to compare namespaces whatever path names them.
-fn ns_id(path: &str) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Everything in the bundle that no policy allows. Paths are judged by what they resolve
@@ -467,57 +457,10 @@ pub fn engine_artifact(rel: &Path) -> bool {
     ) && c.iter().any(|s| hex_id(s))
 }
 
-/// A bind source resolved once: its canonical path and the (device, inode, is a directory)
-/// of the object that path named when it was opened (`O_PATH | O_NOFOLLOW`) and checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolvedSource {
-    /// Canonical host path.
-    pub path: PathBuf,
-    /// `st_dev`.
-    pub dev: u64,
-    /// `st_ino`.
-    pub ino: u64,
-    /// A directory (else a file).
-    pub dir: bool,
-}
-
-/// Resolve a bind's source once: canonicalize, open the result without following a final
-/// symlink, and confirm through the descriptor that the object opened is at that path (a
-/// rename between the two steps is seen). `None`: it does not resolve (or kept changing).
+/// Resolve a bind's source once ([`host::resolve_once`]). `None`: it does not resolve (or
+/// kept changing).
 pub fn resolve_source(m: &Value) -> Option<ResolvedSource> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-    let src = m.get("source").and_then(Value::as_str)?;
-    let path = Path::new(src).canonicalize().ok()?;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: a valid C string; O_PATH opens nothing for I/O.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: a descriptor the kernel just returned; nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let at = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-    if at != path {
-        return None;
-    }
-    // SAFETY: fstat fills a zeroed struct we own; the descriptor is valid.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return None;
-    }
-    Some(ResolvedSource {
-        path,
-        dev: st.st_dev,
-        ino: st.st_ino,
-        dir: st.st_mode & libc::S_IFMT == libc::S_IFDIR,
-    })
+    host::resolve_once(Path::new(m.get("source").and_then(Value::as_str)?))
 }
 
 /// Every mount's source resolved once ([`resolve_source`]; `None` for non-binds).
@@ -602,12 +545,12 @@ pub fn refusals_resolved(
             [] => {}
             [n] => {
                 if let Some(p) = n.get("path").and_then(Value::as_str) {
-                    let id = ns_id(p);
+                    let id = host::ns_id(Path::new(p));
                     let host = [
                         format!("/proc/1/ns/{file}"),
                         format!("/proc/self/ns/{file}"),
                     ];
-                    if id.is_none() || host.iter().any(|h| ns_id(h) == id) {
+                    if id.is_none() || host.iter().any(|h| host::ns_id(Path::new(h)) == id) {
                         out.push(format!("the host's {what} namespace ({p})"));
                     }
                 }
@@ -616,27 +559,19 @@ pub fn refusals_resolved(
         }
     }
     // Mounts.
-    let sockets: Vec<PathBuf> = DAEMON_SOCKET_PATHS
-        .iter()
-        .map(PathBuf::from)
-        .chain(per_user_sockets())
-        .filter_map(|p| p.canonicalize().ok())
-        .collect();
+    let sockets = daemon_socket_places();
+    let user_root = canonical_beyond(Path::new(USER_RUNTIME_ROOT)).ok();
     // A directory that does not exist (yet) is judged where it would be: a writable bind of
     // `/var` must be refused whether or not an engine has created `/var/lib/docker` so far.
     let resolve = |dirs: &[&str]| -> Vec<PathBuf> {
         dirs.iter()
-            .filter_map(|p| crate::host::canonical_beyond(Path::new(p)).ok())
+            .filter_map(|p| canonical_beyond(Path::new(p)).ok())
             .collect()
     };
     let (system, engine) = (resolve(SYSTEM_DIRS), resolve(ENGINE_STATE_DIRS));
     let inside = resolve(ENGINE_INSIDE_DIRS);
     let mut runtime = resolve(RUNTIME_STATE_DIRS);
-    runtime.extend(
-        state_roots
-            .iter()
-            .filter_map(|r| crate::host::canonical_beyond(r).ok()),
-    );
+    runtime.extend(state_roots.iter().filter_map(|r| canonical_beyond(r).ok()));
     if let Some(p @ ("shared" | "rshared")) = spec
         .pointer("/linux/rootfsPropagation")
         .and_then(Value::as_str)
@@ -706,6 +641,10 @@ pub fn refusals_resolved(
                 "a bind of {shown} (at {dst}), which holds the container daemon socket {}",
                 s.display()
             ));
+        } else if user_root.as_ref().is_some_and(|u| u.starts_with(&real)) {
+            out.push(format!(
+                "a bind of {shown} (at {dst}), which holds the users' runtime directories ({USER_RUNTIME_ROOT}: rootless container daemons' sockets)"
+            ));
         } else if real.is_dir() {
             if let Some(s) = DAEMON_SOCKETS.iter().find(|s| real.join(s).exists()) {
                 out.push(format!(
@@ -773,23 +712,27 @@ pub fn privileged_caps(caps: Option<&Value>) -> Vec<String> {
     held
 }
 
-/// Home directories of the host's accounts (`/etc/passwd`), for `~/` secret patterns.
-fn account_homes() -> Vec<PathBuf> {
-    std::fs::read_to_string("/etc/passwd")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(':').nth(5))
-        .filter(|h| h.starts_with('/') && *h != "/")
-        .filter_map(|h| Path::new(h).canonicalize().ok())
-        .collect()
-}
-
 /// Relative path with no `..` (policy paths are relative to a bind's root).
 fn relative_inside(rel: &str) -> Option<PathBuf> {
     let p = Path::new(rel);
     p.components()
         .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
         .then(|| p.to_path_buf())
+}
+
+/// The `config.json` mount that masks a secret at `inside`: `/dev/null` over a file (not
+/// `nodev`: it must read empty), an empty read-only mode-000 tmpfs over a directory.
+fn mask_mount(inside: &Path, kind: MaskKind) -> Value {
+    match kind {
+        MaskKind::File => json!({
+            "destination": inside, "type": "bind", "source": "/dev/null",
+            "options": ["bind", "ro", "nosuid", "noexec"]
+        }),
+        MaskKind::Dir => json!({
+            "destination": inside, "type": "tmpfs", "source": "tmpfs",
+            "options": ["ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k"]
+        }),
+    }
 }
 
 /// Harden `spec` (the JSON of a bundle's `config.json`) in place with `policy`.
@@ -816,17 +759,9 @@ pub fn harden(
         });
     }
     // The process: the policy's variables, then the same treatment as every `exec`.
-    let mut env_set: Vec<String> = policy
-        .env_set
-        .iter()
-        .map(|(k, v)| format!("{k}={}", v.value))
-        .collect();
-    let setup = crate::translate::broker_setup(policy)?;
-    for (k, v) in setup.as_ref().map(|s| s.env.as_slice()).unwrap_or_default() {
-        // The broker's proxy variables win over any the policy or the image set.
-        env_set.retain(|e| e.split('=').next() != Some(k.as_str()));
-        env_set.push(format!("{k}={v}"));
-    }
+    // The broker's proxy variables win over any the policy or the image set.
+    let setup = network::broker_setup(policy)?;
+    let env_set = environment::policy_env_list(&environment::policy_vars(policy, setup.as_ref()));
     let pass_through: Vec<String> = policy
         .pass_through
         .iter()
@@ -836,11 +771,8 @@ pub fn harden(
         .get_mut("process")
         .ok_or_else(|| ContainerError::Malformed("no `process`".into()))?;
     let env_removed = harden_process(process, policy_name, &pass_through, &env_set)?;
-    let network = setup.map(|s| NetPlan {
-        listeners: s.listeners,
-        broker: Some(s.broker),
-        publish: vec![],
-    });
+    // The engine publishes ports, not vetto-shim.
+    let network: Option<NetPlan> = setup.map(|s| s.net_plan(vec![]));
 
     // Masks and protected paths beneath host binds; Landlock rules from the mounts.
     let patterns = policy.secret_patterns();
@@ -873,18 +805,18 @@ pub fn harden(
         .copied()
         .filter(|p| p.value.starts_with("~/"))
         .collect();
-    let homes = account_homes();
+    let homes = host::account_homes();
     // Every host bind as (canonical source, destination), for masks that one bind's scan
     // finds and another bind shows.
     // The same resolution as everything else here (`resolved`, index-aligned with `mounts`).
-    let bind_pairs: Vec<(PathBuf, String)> = mounts
+    let bind_pairs: Vec<(PathBuf, PathBuf)> = mounts
         .iter()
         .zip(&resolved)
         .filter_map(|(m, r)| {
             let dst = m.get("destination").and_then(Value::as_str)?;
             let r = r.as_ref()?;
             (dst.starts_with('/') && !beneath(dst, "/proc") && !beneath(dst, "/sys"))
-                .then(|| (r.path.clone(), dst.to_string()))
+                .then(|| (r.path.clone(), PathBuf::from(dst)))
         })
         .collect();
     for (i, m) in mounts.iter().enumerate() {
@@ -955,45 +887,28 @@ pub fn harden(
                         }
                     }
                 }
-                for found in found {
-                    if src.starts_with(&found.path) {
-                        return Err(ContainerError::Refused {
-                            policy: policy_name.to_string(),
-                            reasons: vec![format!(
-                                "a bind of {} (at {dst}), which is or lies in the secret {} (pattern `{}`)",
-                                src.display(),
-                                found.path.display(),
-                                found.pattern
-                            )],
-                        });
-                    }
-                    // Masked wherever a bind shows it: a `.env` that links into another
-                    // bind's tree masks the target there too.
-                    for (bsrc, bdst) in &bind_pairs {
-                        let Some(inside) =
-                            crate::translate::shown_at(&found.path, bsrc, Path::new(bdst))
-                        else {
-                            continue;
-                        };
-                        if masks.iter().any(|m| m.path == inside) {
-                            continue;
-                        }
-                        extra.push(match found.kind {
-                            MaskKind::File => json!({
-                                "destination": inside, "type": "bind", "source": "/dev/null",
-                                "options": ["bind", "ro", "nosuid", "noexec"]
-                            }),
-                            MaskKind::Dir => json!({
-                                "destination": inside, "type": "tmpfs", "source": "tmpfs",
-                                "options": ["ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k"]
-                            }),
-                        });
-                        masks.push(Mask {
-                            path: inside,
-                            kind: found.kind,
-                            host: found.path.clone(),
-                        });
-                    }
+                if let Some(found) = found.iter().find(|f| src.starts_with(&f.path)) {
+                    return Err(ContainerError::Refused {
+                        policy: policy_name.to_string(),
+                        reasons: vec![format!(
+                            "a bind of {} (at {dst}), which is or lies in the secret {} (pattern `{}`)",
+                            src.display(),
+                            found.path.display(),
+                            found.pattern
+                        )],
+                    });
+                }
+                // Masked wherever a bind shows it: a `.env` that links into another bind's
+                // tree masks the target there too.
+                let taken: Vec<PathBuf> = masks.iter().map(|m| m.path.clone()).collect();
+                for (inside, k) in masks::mask_places(&found, &bind_pairs, &taken) {
+                    let Some(f) = found.get(k) else { continue };
+                    extra.push(mask_mount(&inside, f.kind));
+                    masks.push(Mask {
+                        path: inside,
+                        kind: f.kind,
+                        host: f.path.clone(),
+                    });
                 }
                 if writable && policy.project.value != ProjectAccess::Read {
                     for p in &policy.protected {
@@ -1010,12 +925,7 @@ pub fn harden(
                 }
             }
             if writable {
-                let access = match policy.project.value {
-                    ProjectAccess::Write => Some(FsAccess::ReadWrite),
-                    ProjectAccess::WriteNoDelete => Some(FsAccess::ReadWriteNoDelete),
-                    ProjectAccess::Read => None,
-                };
-                if let Some(access) = access {
+                if let Some(access) = landlock::write_access(policy.project.value) {
                     rules.push(LandlockRule {
                         path: dst.into(),
                         access,
@@ -1112,7 +1022,7 @@ pub fn harden(
             // signals and abstract sockets inside.
             scope: false,
         },
-        seccomp: default_seccomp(),
+        seccomp: seccomp::plan(),
         masks,
         env_removed,
         loopback_only: true,
@@ -1228,6 +1138,29 @@ mod tests {
             assert!(all.is_empty(), "{all}");
         }
         assert!(!all.contains("(at /eo)"), "read-only is fine: {all}");
+    }
+
+    /// Issue 11: what a bind holds is judged by where daemon sockets would be, not by which
+    /// daemons have run on this host: a bind of `/run` is refused on a fresh machine too.
+    #[test]
+    fn daemon_socket_places_are_judged_whether_or_not_a_daemon_ran() {
+        let s = base(json!([
+            {"destination": "/r", "type": "bind", "source": "/run", "options": ["rbind", "ro"]}
+        ]));
+        let all = refusals(&s).join("\n");
+        assert!(
+            all.contains("a bind of /run (at /r), which holds the container daemon socket"),
+            "{all}"
+        );
+        let places = daemon_socket_places();
+        for p in [
+            "/run/docker.sock",
+            "/run/podman/podman.sock",
+            "/run/crio/crio.sock",
+        ] {
+            let p = canonical_beyond(Path::new(p)).expect("canonical");
+            assert!(places.contains(&p), "{}: {places:?}", p.display());
+        }
     }
 
     #[test]

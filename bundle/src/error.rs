@@ -73,6 +73,24 @@ pub enum PolicyError {
         /// Why.
         reason: String,
     },
+    /// The trust store could not be read or written: an I/O error.
+    #[error("trust store {}", path.display())]
+    TrustStoreIo {
+        /// The store.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The trust store is not valid JSON (or could not be serialized).
+    #[error("trust store {}", path.display())]
+    TrustStoreFormat {
+        /// The store.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// Turning a resolved policy and host facts into a bundle.
@@ -87,6 +105,19 @@ pub enum TranslateError {
         path: String,
         /// Why.
         reason: String,
+    },
+    /// A path could not be resolved or read on the host.
+    #[error("{key}: `{path}`{}", if what.is_empty() { String::new() } else { format!(": {what}") })]
+    Io {
+        /// Which policy key (or host fact).
+        key: String,
+        /// The path.
+        path: String,
+        /// What was being done, if more than the key says.
+        what: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
     /// The policy itself is invalid.
     #[error(transparent)]
@@ -103,6 +134,6 @@ pub enum TranslateError {
     #[error("{0} is not supported yet")]
     Unsupported(String),
     /// The OCI spec could not be built.
-    #[error("building the OCI spec: {0}")]
-    Oci(String),
+    #[error("building the OCI spec")]
+    Oci(#[source] serde_json::Error),
 }

@@ -1,5 +1,8 @@
-//! Host facts: the inputs of the translation that come from the machine, gathered once so
-//! the translation itself stays a pure function (and golden tests can feed fixed facts).
+//! Reading the host. [`HostFacts`]: the inputs of `vetto run`'s translation that come from the
+//! machine, gathered once so the translation's sections take them as plain data (and golden
+//! tests can feed fixed facts). [`canonical_beyond`]: a path judged where it would be, whether
+//! or not it exists yet. Then what `vetto-shim`'s hardening reads: bind sources resolved once
+//! ([`resolve_once`]), namespace identities, account homes, users' runtime directories.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -117,10 +120,11 @@ pub fn canonical_beyond(p: &Path) -> Result<PathBuf, std::io::Error> {
 }
 
 fn canonical_dir(p: &Path, what: &str) -> Result<PathBuf, TranslateError> {
-    let c = p.canonicalize().map_err(|e| TranslateError::Path {
+    let c = p.canonicalize().map_err(|source| TranslateError::Io {
         key: what.into(),
         path: p.display().to_string(),
-        reason: e.to_string(),
+        what: String::new(),
+        source,
     })?;
     if !c.is_dir() {
         return Err(TranslateError::Path {
@@ -136,10 +140,11 @@ impl HostFacts {
     /// Gather the facts for a project (default: the current directory). Landlock support is
     /// filled in by the caller, which owns the kernel probes.
     pub fn gather(project: Option<&Path>) -> Result<Self, TranslateError> {
-        let cwd = std::env::current_dir().map_err(|e| TranslateError::Path {
+        let cwd = std::env::current_dir().map_err(|source| TranslateError::Io {
             key: "cwd".into(),
             path: ".".into(),
-            reason: e.to_string(),
+            what: String::new(),
+            source,
         })?;
         let project = canonical_dir(project.unwrap_or(&cwd), "project")?;
         let cwd = cwd.canonicalize().unwrap_or_else(|_| project.clone());
@@ -161,10 +166,11 @@ impl HostFacts {
                 reason: "HOME must be an absolute path".into(),
             });
         }
-        let home = canonical_beyond(Path::new(&home_raw)).map_err(|e| TranslateError::Path {
+        let home = canonical_beyond(Path::new(&home_raw)).map_err(|source| TranslateError::Io {
             key: "HOME".into(),
             path: home_raw.clone(),
-            reason: e.to_string(),
+            what: String::new(),
+            source,
         })?;
         let user = env
             .get("USER")
@@ -216,6 +222,85 @@ impl HostFacts {
             git_absent: vec![],
         })
     }
+}
+
+// What `vetto-shim`'s hardening reads of the host ([`crate::container`]), gathered here.
+
+/// A bind source resolved once: its canonical path and the (device, inode, is a directory)
+/// of the object that path named when it was opened (`O_PATH | O_NOFOLLOW`) and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSource {
+    /// Canonical host path.
+    pub path: PathBuf,
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// A directory (else a file).
+    pub dir: bool,
+}
+
+/// Resolve a path once: canonicalize, open the result without following a final symlink,
+/// and confirm through the descriptor that the object opened is at that path (a rename
+/// between the two steps is seen). `None`: it does not resolve (or kept changing).
+pub fn resolve_once(src: &Path) -> Option<ResolvedSource> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let path = src.canonicalize().ok()?;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a valid C string; O_PATH opens nothing for I/O.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor the kernel just returned; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let at = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    if at != path {
+        return None;
+    }
+    // SAFETY: fstat fills a zeroed struct we own; the descriptor is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
+    Some(ResolvedSource {
+        path,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        dir: st.st_mode & libc::S_IFMT == libc::S_IFDIR,
+    })
+}
+
+/// (device, inode) of a namespace file, to compare namespaces whatever path names them.
+pub fn ns_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Home directories of the host's accounts (`/etc/passwd`), canonical, for `~/` secret
+/// patterns.
+pub fn account_homes() -> Vec<PathBuf> {
+    std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(':').nth(5))
+        .filter(|h| h.starts_with('/') && *h != "/")
+        .filter_map(|h| Path::new(h).canonicalize().ok())
+        .collect()
+}
+
+/// The users' runtime directories there are now (`/run/user/<uid>`).
+pub fn user_runtime_dirs(root: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(root)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

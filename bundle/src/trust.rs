@@ -50,14 +50,18 @@ impl TrustStore {
 
     /// Load the store; a missing file is an empty store.
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
-        let err = |reason: String| PolicyError::TrustStore {
-            path: path.to_path_buf(),
-            reason,
-        };
         let entries = match std::fs::read_to_string(path) {
-            Ok(t) => serde_json::from_str(&t).map_err(|e| err(e.to_string()))?,
+            Ok(t) => serde_json::from_str(&t).map_err(|source| PolicyError::TrustStoreFormat {
+                path: path.to_path_buf(),
+                source,
+            })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(err(e.to_string())),
+            Err(source) => {
+                return Err(PolicyError::TrustStoreIo {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
         };
         Ok(TrustStore {
             path: path.to_path_buf(),
@@ -103,20 +107,28 @@ impl TrustStore {
             .path
             .parent()
             .ok_or_else(|| err("no parent directory".into()))?;
-        std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+        let io = |source: std::io::Error| PolicyError::TrustStoreIo {
+            path: self.path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
         let tmp = dir.join(format!(".trusted.{}.tmp", std::process::id()));
-        let text = serde_json::to_string_pretty(&self.entries).map_err(|e| err(e.to_string()))?;
+        let text = serde_json::to_string_pretty(&self.entries).map_err(|source| {
+            PolicyError::TrustStoreFormat {
+                path: self.path.clone(),
+                source,
+            }
+        })?;
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&tmp)
-            .map_err(|e| err(e.to_string()))?;
-        f.write_all(text.as_bytes())
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(io)?;
+        f.write_all(text.as_bytes()).map_err(io)?;
         std::fs::rename(&tmp, &self.path).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
-            err(e.to_string())
+            io(e)
         })
     }
 }

@@ -1,0 +1,153 @@
+//! The protections of `vetto run`: what the sandbox could write but must not (repository
+//! metadata, policy files, vetto's configuration, the policy's `protected` paths) is bound
+//! read-only by the init on the exact objects found; what is absent is watched instead.
+//!
+//! `vetto-shim` protects the policy's `protected` paths with `config.json` binds of its own
+//! ([`crate::container::harden`]): libcontainer mounts them, there is no init to pin with.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::TranslateError;
+use crate::host::HostFacts;
+use crate::plan::InitMountKind;
+use crate::policy::{HandoffAction, ProjectAccess};
+use crate::resolve::{Policy, Source};
+
+use super::paths::{file_id, resolve_in_project};
+use super::Builder;
+
+/// Protect `p` if a writable root holds it: read-only, made by the init on the object found
+/// now, every directory between the root and `p` pinned as a mount point of its own (a mount
+/// point cannot be renamed or removed, so `mv .git .git.old` cannot carry a protection away).
+fn protect(
+    b: &mut Builder,
+    writable_roots: &[PathBuf],
+    p: &Path,
+    why: &str,
+    source: &dyn std::fmt::Display,
+) {
+    let Some(root) = writable_roots.iter().find(|r| p.starts_with(r)) else {
+        return;
+    };
+    let Some(id) = file_id(p) else {
+        let what = if p.symlink_metadata().is_ok() {
+            "a symlink: no mount can cover the link itself (it could be re-pointed); what it resolves to is protected where it is writable"
+        } else {
+            "absent: nothing to protect now"
+        };
+        b.note("protected", p.display(), what, source);
+        return;
+    };
+    let rel: Vec<_> = p
+        .strip_prefix(root)
+        .map(|r| r.components().collect())
+        .unwrap_or_default();
+    let mut anc = root.clone();
+    for c in rel.iter().take(rel.len().saturating_sub(1)) {
+        anc.push(c);
+        if let Some(aid) = file_id(&anc) {
+            if !b.init_mounts.iter().any(|m| m.path == anc) {
+                b.note(
+                    "protected",
+                    anc.display(),
+                    "pinned as a mount point so it cannot be renamed or removed",
+                    source,
+                );
+            }
+            b.init_mount(&anc, InitMountKind::Pin, aid);
+        }
+    }
+    b.init_mount(p, InitMountKind::ReadOnly, id);
+    b.note("protected", p.display(), why, source);
+}
+
+/// Every protection; returns the absent paths to watch ([`super::Translation::handoff_watch`]).
+pub(super) fn protect_all(
+    b: &mut Builder,
+    policy: &Policy,
+    facts: &HostFacts,
+    writable_roots: &[PathBuf],
+) -> Result<Vec<PathBuf>, TranslateError> {
+    let project_access = policy.project.value;
+    // Protected paths: read-only binds over what the sandbox could otherwise write, made by
+    // the init on the exact objects found here (see `InitMount`). Every directory between the
+    // writable root and the protected path is pinned as a mount point of its own: a mount
+    // point cannot be renamed or removed, so `mv .git .git.old` cannot carry a protection away.
+    // Repository metadata, located the way git locates it (gitlink files, commondir), in
+    // every repository and submodule the scan found.
+    let git_src = Source::Builtin("git metadata".into());
+    for g in &facts.git_metadata {
+        protect(
+            b,
+            writable_roots,
+            g,
+            "git metadata, read-only (configuration, hooks and the files that point git elsewhere cannot be planted)",
+            &git_src,
+        );
+    }
+    // Every policy file this session read, and vetto's own configuration (trust store), if
+    // the sandbox could write them.
+    for f in &policy.files {
+        protect(
+            b,
+            writable_roots,
+            f,
+            "policy file, read-only",
+            &Source::Builtin("policy file".into()),
+        );
+    }
+    for h in &facts.host_private {
+        protect(
+            b,
+            writable_roots,
+            h,
+            "vetto's configuration and trust store, read-only",
+            &Source::Builtin("vetto configuration".into()),
+        );
+    }
+    let mut handoff_watch: Vec<PathBuf> = vec![];
+    // What the repository's configuration names but does not exist yet (a `core.hooksPath`
+    // directory, an included config file): if the sandbox creates it, host git reads or runs
+    // it. No bind can cover an absent path, so it is watched like an absent protected path.
+    for g in &facts.git_absent {
+        if writable_roots.iter().any(|r| g.starts_with(r)) {
+            b.note(
+                "protected",
+                g.display(),
+                "named by git configuration (hooks path or include) but absent: if the sandbox creates it, vetto reports it at the end",
+                &git_src,
+            );
+            handoff_watch.push(g.clone());
+        }
+    }
+    if project_access != ProjectAccess::Read {
+        for pr in &policy.protected {
+            match resolve_in_project("filesystem.protected", &pr.value, facts)? {
+                Some(p) => protect(
+                    b,
+                    writable_roots,
+                    &p,
+                    "read-only bind over the writable project",
+                    &pr.source,
+                ),
+                None => {
+                    let p = facts.project.join(&pr.value);
+                    b.note(
+                        "protected",
+                        p.display(),
+                        format!(
+                            "absent: if the sandbox creates it, vetto reports it at the end ({})",
+                            match policy.handoff.value {
+                                HandoffAction::Warn => "and leaves it",
+                                HandoffAction::Remove => "and removes it",
+                            }
+                        ),
+                        &pr.source,
+                    );
+                    handoff_watch.push(p);
+                }
+            }
+        }
+    }
+    Ok(handoff_watch)
+}
