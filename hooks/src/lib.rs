@@ -13,6 +13,7 @@
 //! caller must be single-threaded.
 
 pub mod apply;
+pub mod bpf;
 pub mod identity;
 pub mod init;
 pub mod landlock;
@@ -22,7 +23,6 @@ pub mod netlo;
 pub mod oci_seccomp;
 pub mod process;
 pub mod seccomp;
-pub mod syscall_table;
 pub mod syscalls;
 
 #[cfg(test)]

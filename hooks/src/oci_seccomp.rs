@@ -66,125 +66,24 @@ pub struct CompiledProfile {
     pub flags: u32,
 }
 
-const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-const SECCOMP_RET_KILL_THREAD: u32 = 0;
-const SECCOMP_RET_TRAP: u32 = 0x0003_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-const SECCOMP_RET_TRACE: u32 = 0x7ff0_0000;
-const SECCOMP_RET_LOG: u32 = 0x7ffc_0000;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-
-const LD_W_ABS: u16 = 0x20;
-const ALU_AND_K: u16 = 0x54;
-const JA: u16 = 0x05;
-const JEQ_K: u16 = 0x15;
-const JGT_K: u16 = 0x25;
-const JGE_K: u16 = 0x35;
-const RET_K: u16 = 0x06;
-
-const DATA_NR: u32 = 0;
-const DATA_ARCH: u32 = 4;
-const DATA_ARGS: u32 = 16;
-const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+use crate::bpf::{
+    Asm, Target, ALU_AND_K, AUDIT_ARCH, DATA_ARCH, DATA_ARGS, DATA_NR, JEQ_K, JGE_K, JGT_K,
+    LD_W_ABS, RET_ALLOW, RET_ERRNO, RET_K, RET_KILL_PROCESS, RET_KILL_THREAD, RET_LOG, RET_TRACE,
+    RET_TRAP, X32_SYSCALL_BIT,
+};
 
 fn ret_value(action: LinuxSeccompAction, errno: Option<u32>) -> Result<u32, OciSeccompError> {
     let errno = errno.unwrap_or(libc::EPERM as u32) & 0xffff;
     Ok(match action {
-        LinuxSeccompAction::ScmpActAllow => SECCOMP_RET_ALLOW,
-        LinuxSeccompAction::ScmpActErrno => SECCOMP_RET_ERRNO | errno,
-        LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => {
-            SECCOMP_RET_KILL_THREAD
-        }
-        LinuxSeccompAction::ScmpActKillProcess => SECCOMP_RET_KILL_PROCESS,
-        LinuxSeccompAction::ScmpActTrap => SECCOMP_RET_TRAP,
-        LinuxSeccompAction::ScmpActTrace => SECCOMP_RET_TRACE | errno,
-        LinuxSeccompAction::ScmpActLog => SECCOMP_RET_LOG,
+        LinuxSeccompAction::ScmpActAllow => RET_ALLOW,
+        LinuxSeccompAction::ScmpActErrno => RET_ERRNO | errno,
+        LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => RET_KILL_THREAD,
+        LinuxSeccompAction::ScmpActKillProcess => RET_KILL_PROCESS,
+        LinuxSeccompAction::ScmpActTrap => RET_TRAP,
+        LinuxSeccompAction::ScmpActTrace => RET_TRACE | errno,
+        LinuxSeccompAction::ScmpActLog => RET_LOG,
         LinuxSeccompAction::ScmpActNotify => return Err(OciSeccompError::Notify),
     })
-}
-
-/// A jump target inside the program being assembled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
-    /// The next instruction.
-    Next,
-    /// A label.
-    Label(usize),
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Ins {
-    Stmt(u16, u32),
-    Jump(u16, u32, Target, Target),
-    Always(usize),
-    Label(usize),
-}
-
-#[derive(Default)]
-struct Asm {
-    ins: Vec<Ins>,
-    labels: usize,
-}
-
-impl Asm {
-    fn label(&mut self) -> usize {
-        self.labels += 1;
-        self.labels - 1
-    }
-    fn stmt(&mut self, code: u16, k: u32) {
-        self.ins.push(Ins::Stmt(code, k));
-    }
-    fn jump(&mut self, code: u16, k: u32, jt: Target, jf: Target) {
-        self.ins.push(Ins::Jump(code, k, jt, jf));
-    }
-    fn place(&mut self, l: usize) {
-        self.ins.push(Ins::Label(l));
-    }
-
-    /// Resolves labels; `None` if a conditional jump is longer than 255.
-    fn finish(self) -> Option<Vec<sock_filter>> {
-        let mut pos = vec![0usize; self.labels];
-        let mut n = 0usize;
-        for i in &self.ins {
-            match i {
-                Ins::Label(l) => pos[*l] = n,
-                _ => n += 1,
-            }
-        }
-        let mut out = Vec::with_capacity(n);
-        for i in &self.ins {
-            let here = out.len();
-            let off = |t: Target| -> Option<u8> {
-                match t {
-                    Target::Next => Some(0),
-                    Target::Label(l) => u8::try_from(pos[l].checked_sub(here + 1)?).ok(),
-                }
-            };
-            match *i {
-                Ins::Label(_) => {}
-                Ins::Stmt(code, k) => out.push(sock_filter {
-                    code,
-                    jt: 0,
-                    jf: 0,
-                    k,
-                }),
-                Ins::Jump(code, k, jt, jf) => out.push(sock_filter {
-                    code,
-                    jt: off(jt)?,
-                    jf: off(jf)?,
-                    k,
-                }),
-                Ins::Always(l) => out.push(sock_filter {
-                    code: JA,
-                    jt: 0,
-                    jf: 0,
-                    k: u32::try_from(pos[l].checked_sub(here + 1)?).ok()?,
-                }),
-            }
-        }
-        Some(out)
-    }
 }
 
 /// One argument condition; on mismatch, jumps to `fail`.
@@ -263,10 +162,9 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<CompiledProfile, OciSeccompErro
     if !cfg!(target_arch = "x86_64") {
         return Err(OciSeccompError::UnsupportedArch(std::env::consts::ARCH));
     }
-    let table: BTreeMap<&str, u32> = crate::syscall_table::X86_64.iter().copied().collect();
     let default = ret_value(profile.default_action(), profile.default_errno_ret())?;
-    let foreign = if default == SECCOMP_RET_ALLOW || default == SECCOMP_RET_LOG {
-        SECCOMP_RET_ERRNO | libc::EPERM as u32
+    let foreign = if default == RET_ALLOW || default == RET_LOG {
+        RET_ERRNO | libc::EPERM as u32
     } else {
         default
     };
@@ -282,7 +180,7 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<CompiledProfile, OciSeccompErro
         let ret = ret_value(sc.action(), sc.errno_ret())?;
         let args = sc.args().as_deref().unwrap_or(&[]);
         for name in sc.names() {
-            let Some(&nr) = table.get(name.as_str()) else {
+            let Some(nr) = crate::syscalls::number(name).and_then(|n| u32::try_from(n).ok()) else {
                 continue;
             };
             for arg in args {
@@ -320,12 +218,7 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<CompiledProfile, OciSeccompErro
     let mut a = Asm::default();
     let native = a.label();
     a.stmt(LD_W_ABS, DATA_ARCH);
-    a.jump(
-        JEQ_K,
-        AUDIT_ARCH_X86_64,
-        Target::Label(native),
-        Target::Next,
-    );
+    a.jump(JEQ_K, AUDIT_ARCH, Target::Label(native), Target::Next);
     a.stmt(RET_K, foreign);
     a.place(native);
     a.stmt(LD_W_ABS, DATA_NR);
@@ -347,7 +240,7 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<CompiledProfile, OciSeccompErro
         let next = a.label();
         let block = a.label();
         a.jump(JEQ_K, nr, Target::Label(block), Target::Next);
-        a.ins.push(Ins::Always(next));
+        a.always(next);
         a.place(block);
         let mut unconditional = false;
         for r in rules.iter() {
@@ -574,7 +467,7 @@ mod tests {
 
     #[test]
     fn table_is_sorted_and_unique() {
-        let t = crate::syscall_table::X86_64;
+        let t = crate::syscalls::x86_64::TABLE;
         assert!(t.windows(2).all(|w| w[0].1 < w[1].1));
         assert!(t.iter().any(|&(n, nr)| n == "ptrace" && nr == 101));
         assert!(t.iter().any(|&(n, nr)| n == "clone3" && nr == 435));

@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch,
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
 };
 use thiserror::Error;
 use vetto_bundle::plan::{ArgCheck, SeccompPlan};
@@ -37,55 +37,24 @@ pub enum SeccompError {
     /// The program is longer than the kernel accepts.
     #[error("seccomp filter has {0} instructions, the kernel accepts at most {BPF_MAX_LEN}")]
     TooLong(usize),
+    /// A conditional jump of the prologue is longer than classic BPF can encode.
+    #[error("seccomp filter: a jump is longer than 255 instructions")]
+    JumpTooLong,
     /// Installing the filter failed.
     #[error("installing the seccomp filter: {0}")]
     Install(#[from] seccompiler::Error),
 }
 
-/// The kernel's limit on a filter's length.
-pub const BPF_MAX_LEN: usize = 4096;
+use crate::bpf::{ret_errno, Asm, Target, DATA_ARCH, DATA_NR, JEQ_K, LD_W_ABS, RET_K};
+pub use crate::bpf::{AUDIT_ARCH, BPF_MAX_LEN, X32_SYSCALL_BIT};
 
 /// `EPERM` as a seccomp return value.
-const RET_EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
-
-// `struct seccomp_data` offsets.
-const DATA_NR: u32 = 0;
-const DATA_ARCH: u32 = 4;
-
-// Classic BPF opcodes (<linux/bpf_common.h>): BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20).
-const BPF_LD_W_ABS: u16 = 0x20;
-const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
-#[cfg(target_arch = "x86_64")]
-const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
-const BPF_RET_K: u16 = 0x06;
-
-/// `AUDIT_ARCH_*` of the native architecture (<linux/audit.h>).
-#[cfg(target_arch = "x86_64")]
-pub const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
-/// `AUDIT_ARCH_*` of the native architecture (<linux/audit.h>).
-#[cfg(target_arch = "aarch64")]
-pub const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
-
-/// The x32 ABI marks its syscall numbers with this bit.
-pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+const RET_EPERM: u32 = ret_errno(libc::EPERM as u32);
 
 #[cfg(target_arch = "x86_64")]
 const TARGET: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
 const TARGET: TargetArch = TargetArch::aarch64;
-
-fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
-    sock_filter { code, jt, jf, k }
-}
 
 /// The syscall numbers `names` deny on this architecture, deduplicated. Names of syscalls the
 /// architecture does not have (see [`Resolved::AbsentOnThisArch`]) are skipped; unknown names
@@ -104,34 +73,42 @@ pub fn resolve_syscalls(names: &[String]) -> Result<Vec<(String, i64)>, SeccompE
 
 /// Our prologue (see the module documentation).
 fn prologue(plan: &SeccompPlan) -> Result<BpfProgram, SeccompError> {
-    let mut p = Vec::new();
+    let mut a = Asm::default();
     if plan.deny_foreign_arch {
-        p.push(stmt(BPF_LD_W_ABS, DATA_ARCH));
-        p.push(jump(BPF_JMP_JEQ_K, AUDIT_ARCH, 1, 0));
-        p.push(stmt(BPF_RET_K, RET_EPERM));
+        let native = a.label();
+        a.stmt(LD_W_ABS, DATA_ARCH);
+        a.jump(JEQ_K, AUDIT_ARCH, Target::Label(native), Target::Next);
+        a.stmt(RET_K, RET_EPERM);
+        a.place(native);
     }
     #[cfg(target_arch = "x86_64")]
     if plan.deny_x32 {
         // Without the arch check above, a foreign arch reaches this with its own numbers; a
         // number >= 0x40000000 is no syscall there either, so EPERM is still right. Negative
         // numbers (syscall(-1)) also compare as >= and get EPERM instead of ENOSYS.
-        p.push(stmt(BPF_LD_W_ABS, DATA_NR));
-        p.push(jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1));
-        p.push(stmt(BPF_RET_K, RET_EPERM));
+        let below = a.label();
+        a.stmt(LD_W_ABS, DATA_NR);
+        a.jump(
+            crate::bpf::JGE_K,
+            X32_SYSCALL_BIT,
+            Target::Next,
+            Target::Label(below),
+        );
+        a.stmt(RET_K, RET_EPERM);
+        a.place(below);
     }
     // Syscalls refused with their own errno (after the architecture check: the numbers are
     // this architecture's).
     for d in &plan.deny_errno {
         if let Resolved::Number(nr) = syscalls::resolve(&d.syscall)? {
-            p.push(stmt(BPF_LD_W_ABS, DATA_NR));
-            p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
-            p.push(stmt(
-                BPF_RET_K,
-                libc::SECCOMP_RET_ERRNO | (d.errno as u32 & libc::SECCOMP_RET_DATA),
-            ));
+            let other = a.label();
+            a.stmt(LD_W_ABS, DATA_NR);
+            a.jump(JEQ_K, nr as u32, Target::Next, Target::Label(other));
+            a.stmt(RET_K, ret_errno(d.errno as u32));
+            a.place(other);
         }
     }
-    Ok(p)
+    a.finish().ok_or(SeccompError::JumpTooLong)
 }
 
 fn condition(c: &ArgCheck) -> Result<SeccompCondition, seccompiler::BackendError> {
@@ -249,7 +226,7 @@ mod tests {
         let plan = default_seccomp();
         let program = compile(&plan).expect("compile");
         let first = &program[0];
-        assert_eq!((first.code, first.k), (BPF_LD_W_ABS, DATA_ARCH));
+        assert_eq!((first.code, first.k), (crate::bpf::LD_W_ABS, DATA_ARCH));
         // seccompiler's own arch check follows the prologue, intact.
         let n = prologue(&plan).expect("prologue").len();
         assert_eq!(program[n + 2].k, libc::SECCOMP_RET_KILL_PROCESS);

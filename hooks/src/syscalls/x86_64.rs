@@ -1,10 +1,9 @@
-//! The full x86_64 syscall table (name → number), for compiling a bundle's OCI seccomp
-//! profile, whose rules name any syscall. Generated from `<asm/unistd_64.h>` (Linux 6.1
+//! The x86_64 syscall table (name → number): every syscall of the 64-bit ABI. Generated from `<asm/unistd_64.h>` (Linux 6.1
 //! headers) plus the syscalls added up to Linux 6.17; regenerate with
 //! `scripts/gen-syscall-table.sh`.
 
 /// `(name, number)`, sorted by number.
-pub const X86_64: &[(&str, u32)] = &[
+pub const TABLE: &[(&str, u32)] = &[
     ("read", 0),
     ("write", 1),
     ("open", 2),
@@ -387,35 +386,3 @@ pub const X86_64: &[(&str, u32)] = &[
     ("file_getattr", 468),
     ("file_setattr", 469),
 ];
-
-/// The mount family in the table: every syscall that mounts, unmounts, moves or reconfigures
-/// a mount or a filesystem context (`mount`, `umount2`, the new mount API `fsopen` … `open_tree*`
-/// … `mount_setattr`, `pivot_root`), found by name so a syscall added to the table later is
-/// caught by the test below until the deny-list names it. `statmount`/`listmount` only read.
-pub fn mount_family() -> Vec<&'static str> {
-    X86_64
-        .iter()
-        .map(|(n, _)| *n)
-        .filter(|n| {
-            (n.contains("mount") && !matches!(*n, "statmount" | "listmount"))
-                || n.starts_with("open_tree")
-                || matches!(*n, "fsopen" | "fsconfig" | "fspick" | "pivot_root")
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn every_mount_syscall_is_denied() {
-        let deny = vetto_bundle::plan::default_seccomp().deny;
-        let family = super::mount_family();
-        assert!(family.len() >= 10, "{family:?}");
-        for name in family {
-            assert!(
-                deny.iter().any(|d| d == name),
-                "{name} is a mount syscall the default deny-list does not name"
-            );
-        }
-    }
-}
