@@ -78,15 +78,41 @@ pub use target::{
     TargetError,
 };
 
-/// `e` and its sources, joined with `": "`: what anyhow's `{:#}` prints. For error text
-/// that must be one string (a log field, a refusal's detail).
+/// `e` and its sources, joined with `": "` (what anyhow's `{:#}` prints), each link once: a
+/// source whose text its parent's message already carries is not repeated. Both binaries print
+/// errors through this, whichever convention an error type follows.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
         source = s.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    enum E {
+        /// Carries its source in its message.
+        #[error("creating: {0}")]
+        Inline(#[source] std::io::Error),
+        /// Leaves its source to the chain.
+        #[error("creating")]
+        Chained(#[source] std::io::Error),
+    }
+
+    #[test]
+    fn every_link_is_printed_once_whichever_convention() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let inline = super::error_chain(&E::Inline(io()));
+        let chained = super::error_chain(&E::Chained(io()));
+        assert_eq!(inline, chained);
+        assert_eq!(inline.matches("No such file").count(), 1, "{inline}");
+    }
 }

@@ -14,6 +14,10 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use vetto_bundle::plan::Plan;
 
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
 use crate::apply::{self, Capabilities, Filter, HardenError, Hardening, Listeners, Network};
 use crate::{process, seccomp};
 
@@ -197,17 +201,16 @@ fn exec_child(file: &CString, argv: &[CString], envp: &[CString], cfg: &InitConf
 }
 
 /// The shell convention for a wait status: the exit code, or 128 + the signal that killed it.
-pub fn exit_status(status: libc::c_int) -> i32 {
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
-    } else {
-        1
+fn exit_code(status: WaitStatus) -> Option<i32> {
+    match status {
+        WaitStatus::Exited(_, code) => Some(code),
+        WaitStatus::Signaled(_, sig, _) => Some(128 + sig as i32),
+        _ => None,
     }
 }
 
 fn reap_loop(sfd: RawFd, child: libc::pid_t) -> ! {
+    let child = Pid::from_raw(child);
     let mut exit: Option<i32> = None;
     loop {
         // SAFETY: signalfd_siginfo is plain data; read fills it or fails.
@@ -216,38 +219,26 @@ fn reap_loop(sfd: RawFd, child: libc::pid_t) -> ! {
         // SAFETY: reading into a buffer of exactly `want` bytes that we own.
         let n = unsafe { libc::read(sfd, (&mut info as *mut libc::signalfd_siginfo).cast(), want) };
         if n as usize == want {
-            let sig = info.ssi_signo as libc::c_int;
-            if sig != libc::SIGCHLD {
-                // SAFETY: kill with integers; ESRCH (group gone) falls back to the pid.
-                unsafe {
-                    if libc::kill(-child, sig) != 0 {
-                        libc::kill(child, sig);
-                    }
+            if let Ok(sig) = Signal::try_from(info.ssi_signo as libc::c_int) {
+                if sig != Signal::SIGCHLD && killpg(child, sig).is_err() {
+                    // The group is gone: the pid alone.
+                    let _ = kill(child, sig);
                 }
             }
         }
-        loop {
-            let mut status = 0;
-            // SAFETY: status is a valid out pointer.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-            if pid <= 0 {
-                break;
-            }
-            if pid == child {
-                exit = Some(exit_status(status));
+        // Reap everything that has ended; note the command's own status.
+        while let Ok(st) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+            match st.pid() {
+                None => break,
+                Some(pid) if pid == child => exit = exit_code(st).or(exit),
+                Some(_) => {}
             }
         }
         if let Some(code) = exit {
-            // The command is done: every other process of the sandbox dies with it.
-            // SAFETY: kill(-1) from PID 1 signals every other process of the namespace.
-            unsafe { libc::kill(-1, libc::SIGKILL) };
-            loop {
-                let mut status = 0;
-                // SAFETY: status is a valid out pointer.
-                if unsafe { libc::waitpid(-1, &mut status, 0) } <= 0 {
-                    break;
-                }
-            }
+            // The command is done: every other process of the sandbox dies with it (from
+            // PID 1, kill(-1) signals every other process of the namespace).
+            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+            while waitpid(None::<Pid>, None).is_ok() {}
             // SAFETY: exit without unwinding or destructors in the cloned init.
             unsafe { libc::_exit(code) }
         }

@@ -550,8 +550,7 @@ mod tests {
 
     #[test]
     fn drops_everything_as_root() {
-        // SAFETY: geteuid has no arguments.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             return;
         }
         in_child(|| {
@@ -594,8 +593,7 @@ mod tests {
 
     #[test]
     fn unprivileged_drop_skips_what_needs_setpcap() {
-        // SAFETY: geteuid has no arguments.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             return;
         }
         in_child(|| {

@@ -15,11 +15,35 @@ pub struct Probe {
     pub detail: String,
 }
 
+/// What vetto can enforce on this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Tier {
+    /// Landlock, user namespaces and seccomp.
+    #[serde(rename = "FULL")]
+    Full,
+    /// Landlock and seccomp without namespaces.
+    #[serde(rename = "FS-ONLY")]
+    FsOnly,
+    /// vetto refuses to run commands.
+    #[serde(rename = "none")]
+    None,
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Tier::Full => "FULL",
+            Tier::FsOnly => "FS-ONLY",
+            Tier::None => "none",
+        })
+    }
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// FULL, FS-ONLY or none.
-    pub tier: String,
+    /// What can be enforced.
+    pub tier: Tier,
     /// Why that tier.
     pub reason: String,
     /// Landlock ABI, if any.
@@ -66,16 +90,10 @@ fn probe_userns() -> Probe {
                 libc::_exit(if r == 0 { 0 } else { 1 })
             }
         }
-        p if p > 0 => {
-            let mut status = 0;
-            // SAFETY: waiting for our own child; status is a valid out pointer.
-            unsafe { libc::waitpid(p, &mut status, 0) };
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
-        }
+        p if p > 0 => crate::engine::wait(p) == Some(0),
         _ => false,
     };
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = nix::unistd::geteuid().is_root();
     notes.push(format!(
         "unshare(CLONE_NEWUSER) {}",
         if tried { "works" } else { "fails" }
@@ -129,15 +147,11 @@ fn cgroup_layout() -> (String, Probe) {
     let delegated = match layout {
         "v2" => {
             let dir = Path::new("/sys/fs/cgroup").join(v2_path.trim_start_matches('/'));
-            let c =
-                std::ffi::CString::new(dir.join("cgroup.procs").to_string_lossy().as_bytes()).ok();
-            // SAFETY: access() reads a valid C string.
-            c.is_some_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
+            nix::unistd::access(&dir.join("cgroup.procs"), nix::unistd::AccessFlags::W_OK).is_ok()
         }
         _ => Path::new("/sys/fs/cgroup/pids/vetto").exists(),
     };
-    // SAFETY: getuid cannot fail.
-    let root = unsafe { libc::getuid() } == 0;
+    let root = nix::unistd::getuid().is_root();
     let pids = crate::pids::available();
     let detail = match (root, pids) {
         (true, true) => format!(
@@ -189,12 +203,12 @@ pub fn probe() -> Report {
     let (layout, cg) = cgroup_layout();
     let (tier, reason) = if ll.ok && userns.ok && sc.ok {
         (
-            "FULL",
+            Tier::Full,
             "Landlock, user namespaces and seccomp are all available".to_string(),
         )
     } else if ll.ok && sc.ok {
         (
-            "FS-ONLY",
+            Tier::FsOnly,
             format!("user namespaces unavailable: {}", userns.detail),
         )
     } else {
@@ -204,7 +218,7 @@ pub fn probe() -> Report {
             .map(|(_, n)| *n)
             .collect();
         (
-            "none",
+            Tier::None,
             format!(
                 "missing {}: vetto refuses to run commands",
                 missing.join(" and ")
@@ -212,7 +226,7 @@ pub fn probe() -> Report {
         )
     };
     Report {
-        tier: tier.into(),
+        tier,
         reason,
         landlock_abi: abi,
         cgroup_layout: layout,

@@ -27,7 +27,7 @@ use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::signal::Signal;
 use libcontainer::syscall::syscall::SyscallType;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use vetto_hooks::apply::{self, Hardening};
 use vetto_hooks::init::{self, InitConfig};
@@ -410,4 +410,19 @@ pub fn wait(pid: i32) -> Option<i32> {
             Err(_) => return None,
         }
     }
+}
+
+/// Without blocking: the child `pid`'s status as [`wait`] gives it, once it has ended.
+pub fn try_wait(pid: i32) -> Option<i32> {
+    match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => Some(code),
+        Ok(WaitStatus::Signaled(_, sig, _)) => Some(128 + sig as i32),
+        _ => None,
+    }
+}
+
+/// SIGKILL the child `pid` (a sandbox's init: its PID namespace dies with it) and reap it.
+pub fn kill_and_reap(pid: i32) {
+    let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    let _ = wait(pid);
 }

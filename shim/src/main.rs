@@ -46,10 +46,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Trust { file } => policy_cmd::trust(&file)?,
         Command::Doctor { json, no_selftest } => {
             let mut r = doctor::probe();
-            if !no_selftest && r.tier == "FULL" {
+            if !no_selftest && r.tier == doctor::Tier::Full {
                 let st = doctor::selftest();
                 if st.iter().any(|p| !p.ok) || st.is_empty() {
-                    r.tier = "none".into();
+                    r.tier = doctor::Tier::None;
                     r.reason = "the self-test sandbox did not enforce every control".into();
                 }
                 r.selftest = Some(st);
@@ -59,7 +59,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 doctor::print(&r);
             }
-            if r.tier == "none" {
+            if r.tier == doctor::Tier::None {
                 return Ok(ExitCode::from(1));
             }
         }
@@ -88,7 +88,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("vetto: {e:#}");
+            eprintln!("vetto: {}", vetto_broker::error_chain(e.as_ref()));
             ExitCode::from(2)
         }
     }

@@ -220,7 +220,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         false => Some(sidecar::channel()?),
     };
     // SAFETY: pidfd_open on our own pid; returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as RawFd;
+    let pidfd =
+        unsafe { libc::syscall(libc::SYS_pidfd_open, nix::unistd::getpid().as_raw(), 0) } as RawFd;
     let pidfd = (pidfd >= 0).then(|| {
         // SAFETY: fresh descriptor.
         unsafe { OwnedFd::from_raw_fd(pidfd) }
@@ -314,11 +315,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             match started {
                 Ok(child) => Some(child),
                 Err(e) => {
-                    // SAFETY: killing the init we created; its namespace dies with it.
-                    unsafe { libc::kill(init_pid, libc::SIGKILL) };
-                    let mut st = 0;
-                    // SAFETY: reaping our child.
-                    unsafe { libc::waitpid(init_pid, &mut st, 0) };
+                    engine::kill_and_reap(init_pid);
                     return Err(e);
                 }
             }
@@ -372,8 +369,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             );
             Ok(EXIT_WALL_CLOCK)
         }
-        Outcome::Exited(st) => {
-            let code = vetto_hooks::init::exit_status(st) as u8;
+        Outcome::Exited(code) => {
+            let code = code as u8;
             if !msg.is_empty() {
                 if code == 126 || code == 127 {
                     eprintln!("vetto: {msg}");
@@ -443,7 +440,7 @@ fn arm_setup_watchdog() {
 }
 
 enum Outcome {
-    Exited(libc::c_int),
+    Exited(i32),
     WallClock,
 }
 
@@ -476,11 +473,7 @@ fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Inst
         // SAFETY: polling our own array of pollfds.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         if n == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-            // SAFETY: killing the init we created; the kernel then kills its namespace.
-            unsafe { libc::kill(init, libc::SIGKILL) };
-            let mut st = 0;
-            // SAFETY: waiting for our child.
-            unsafe { libc::waitpid(init, &mut st, 0) };
+            engine::kill_and_reap(init);
             return Outcome::WallClock;
         }
         if let Some(m) = master {
@@ -519,15 +512,13 @@ fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Inst
                 }
             }
         }
-        let mut st = 0;
-        // SAFETY: non-blocking wait for our child.
-        if unsafe { libc::waitpid(init, &mut st, libc::WNOHANG) } == init {
+        if let Some(code) = engine::try_wait(init) {
             if let Some(m) = master {
                 // SAFETY: our own descriptor; drain what the command wrote last.
                 unsafe { libc::fcntl(m, libc::F_SETFL, libc::O_NONBLOCK) };
                 while drain_once(m, 1) {}
             }
-            return Outcome::Exited(st);
+            return Outcome::Exited(code);
         }
     }
 }

@@ -81,6 +81,15 @@ pub enum OciError {
     /// The bundle's seccomp profile.
     #[error(transparent)]
     Seccomp(#[from] vetto_hooks::oci_seccomp::OciSeccompError),
+    /// The network broker of a hardened container could not be attached.
+    #[error("network broker: {what}")]
+    Network {
+        /// Which step.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: anyhow::Error,
+    },
     /// vetto's deny-list could not be compiled.
     #[error("vetto seccomp deny-list: {0}")]
     DenyList(#[from] vetto_hooks::seccomp::SeccompError),
@@ -410,14 +419,14 @@ pub fn main() -> ExitCode {
     let can_mount = nix::unistd::geteuid().is_root();
     if clones_enter_containers && can_mount {
         if let Err(e) = reexec::reexec_from_read_only_binary(&args) {
-            log.error(&e.to_string());
+            log.error(&vetto_broker::error_chain(&e));
             return ExitCode::from(1);
         }
     }
     match dispatch(cli, &log) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            log.error(&e.to_string());
+            log.error(&vetto_broker::error_chain(&e));
             ExitCode::from(1)
         }
     }

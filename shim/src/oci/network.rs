@@ -22,6 +22,10 @@ fn net_err(msg: String) -> OciError {
     OciError::Config(format!("network broker: {msg}"))
 }
 
+fn broker(what: &'static str) -> impl FnOnce(anyhow::Error) -> OciError {
+    move |source| OciError::Network { what, source }
+}
+
 /// In a forked child: join the namespace, bring `lo` up, bind and send the listeners.
 fn child(netns: RawFd, net: &NetPlan, sock: RawFd) -> i32 {
     // SAFETY: setns with a descriptor we hold; affects only this (forked) process.
@@ -45,7 +49,7 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
         .ok_or_else(|| net_err("no broker plan".into()))?;
     let netns = std::fs::File::open(format!("/proc/{init_pid}/ns/net"))
         .map_err(|e| net_err(format!("opening the container's network namespace: {e}")))?;
-    let (ours, theirs) = sidecar::channel().map_err(|e| net_err(format!("{e:#}")))?;
+    let (ours, theirs) = sidecar::channel().map_err(broker("the listener channel"))?;
     // SAFETY: the runtime is single-threaded (libcontainer is done); the child only makes
     // syscalls and leaves with _exit.
     let pid = unsafe { libc::fork() };
@@ -61,18 +65,8 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
         unsafe { libc::_exit(code) };
     }
     drop(theirs);
-    let mut status = 0;
-    loop {
-        // SAFETY: waiting for the child we just forked.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if r == pid {
-            break;
-        }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return Err(net_err("lost the helper that binds the listeners".into()));
-        }
-    }
-    let code = vetto_hooks::init::exit_status(status);
+    let code = crate::engine::wait(pid)
+        .ok_or_else(|| net_err("lost the helper that binds the listeners".into()))?;
     if code != 0 {
         return Err(net_err(
             match code {
@@ -87,7 +81,7 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
         ));
     }
     let fds = sidecar::receive(&ours, net.listeners.len(), Duration::from_secs(5))
-        .map_err(|e| net_err(format!("{e:#}")))?;
+        .map_err(broker("receiving the listeners"))?;
     let log = std::fs::File::create(dir.join("broker.log"))
         .map_err(|e| net_err(format!("broker log: {e}")))?;
     let child = sidecar::spawn(
@@ -97,7 +91,7 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
         vec![],
         sidecar::Lifetime::Watch { pid: init_pid, log },
     )
-    .map_err(|e| net_err(format!("{e:#}")))?;
+    .map_err(broker("starting the broker"))?;
     Ok(child.id() as i32)
 }
 
@@ -105,7 +99,9 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
 pub fn stop(pid: i32) {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     if cmdline.split(|b| *b == 0).any(|a| a == b"__broker") {
-        // SAFETY: kill with integers, on a process verified to be a broker.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }

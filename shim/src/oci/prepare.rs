@@ -14,6 +14,7 @@ use libcontainer::oci_spec::runtime::{LinuxSeccomp, Spec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use vetto_bundle::container::{self, ContainerPlan, NO_POLICY, POLICY_ANNOTATION};
+use vetto_bundle::translate::environment::{self, EnvOrigin, EnvVerdict};
 use vetto_hooks::apply::{Capabilities, Filter, Hardening, Network};
 use vetto_hooks::oci_seccomp;
 use vetto_hooks::process::{self, CapSets};
@@ -89,8 +90,7 @@ pub struct ShimState {
 /// that is absent is left to the caller (not found).
 pub fn private_file(path: &Path) -> Result<(), OciError> {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid has no arguments and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = nix::unistd::geteuid().as_raw();
     let bad = |what: &str| {
         OciError::Config(format!(
             "state file {}: {what}; it was not written by this runtime, refusing to use it",
@@ -300,8 +300,7 @@ pub fn select_policy(
 /// (or the runtime's user), not writable by group or others, and so is every directory above
 /// it (a world-writable directory only with the sticky bit, like `/tmp`).
 fn check_host_owned(path: &Path) -> Result<(), OciError> {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = nix::unistd::geteuid().as_raw();
     let bad = |why: String| OciError::Config(format!("policy file {}: {why}", path.display()));
     let real = path.canonicalize().map_err(|e| bad(e.to_string()))?;
     let meta = std::fs::metadata(&real).map_err(|e| bad(e.to_string()))?;
@@ -612,19 +611,16 @@ pub fn prepare(
     })
 }
 
-/// Environment of an `exec`'d process filtered as the policy filters the init's.
+/// Environment of an `exec`'d process filtered as the policy filters the init's (the same
+/// verdict as the image's environment, [`environment::verdict`]).
 pub fn filter_env(state: &ShimState, env: &mut HashMap<String, String>) -> Vec<String> {
-    if state.plan.is_none() {
+    let Some(plan) = &state.plan else {
         return vec![];
-    }
+    };
     let drop: Vec<String> = env
         .keys()
         .filter(|k| {
-            vetto_bundle::translate::never_passes(k)
-                && !state
-                    .plan
-                    .as_ref()
-                    .is_some_and(|p| p.pass_through.contains(*k))
+            environment::verdict(k, &plan.pass_through, EnvOrigin::Image) == EnvVerdict::Secret
         })
         .cloned()
         .collect();
