@@ -167,20 +167,26 @@ impl Executor for VettoExecutor {
     }
 }
 
-/// What `create` needs.
-pub struct CreateOptions<'a> {
+/// What `create` and `exec` both need.
+pub struct Common<'a> {
     /// The container id.
     pub id: &'a str,
-    /// The bundle directory (holds `config.json`).
-    pub bundle: &'a Path,
     /// libcontainer's state root.
     pub state_root: &'a Path,
     /// Where libcontainer sends the pty master (a terminal was asked for).
     pub console_socket: Option<&'a Path>,
-    /// Where the init's pid is written.
+    /// Where the process's pid is written.
     pub pid_file: Option<&'a Path>,
     /// Descriptors above stdio passed in.
     pub preserve_fds: i32,
+}
+
+/// What `create` needs.
+pub struct CreateOptions<'a> {
+    /// Id, state root, terminal, pid file, descriptors.
+    pub common: Common<'a>,
+    /// The bundle directory (holds `config.json`).
+    pub bundle: &'a Path,
     /// `--no-pivot`.
     pub no_pivot: bool,
     /// The systemd cgroup driver (libcontainer is built without it: false).
@@ -191,18 +197,10 @@ pub struct CreateOptions<'a> {
     pub mode: Mode,
 }
 
-/// What `exec` needs (a process joining a running container).
+/// What `exec` needs (a process joining a running container, always detached mode).
 pub struct ExecOptions<'a> {
-    /// The container id.
-    pub id: &'a str,
-    /// libcontainer's state root.
-    pub state_root: &'a Path,
-    /// Where libcontainer sends the pty master.
-    pub console_socket: Option<&'a Path>,
-    /// Where the process's pid is written.
-    pub pid_file: Option<&'a Path>,
-    /// Descriptors above stdio passed in.
-    pub preserve_fds: i32,
+    /// Id, state root, terminal, pid file, descriptors.
+    pub common: Common<'a>,
     /// The caller does not wait.
     pub detach: bool,
     /// Working directory.
@@ -237,22 +235,28 @@ pub struct Sandbox(Container);
 /// The OCI status of a container.
 pub type Status = ContainerStatus;
 
+/// The builder both kinds of container process start from.
+fn builder(c: &Common<'_>, executor: VettoExecutor) -> Result<ContainerBuilder, EngineError> {
+    ContainerBuilder::new(c.id.to_string(), SyscallType::default())
+        .with_root_path(c.state_root)
+        .map_err(rt("state root"))?
+        .with_pid_file(c.pid_file)
+        .map_err(rt("pid file"))?
+        .with_executor(executor)
+        .with_console_socket(c.console_socket)
+        .with_preserved_fds(c.preserve_fds)
+        .validate_id()
+        .map_err(rt("container id"))
+}
+
 /// Create the container from a bundle on disk. A failed create leaves libcontainer's state
 /// behind (status "creating"): the caller removes it ([`remove_state`]).
 pub fn create(o: CreateOptions<'_>) -> Result<Sandbox, EngineError> {
-    ContainerBuilder::new(o.id.to_string(), SyscallType::default())
-        .with_root_path(o.state_root)
-        .map_err(rt("state root"))?
-        .with_pid_file(o.pid_file)
-        .map_err(rt("pid file"))?
-        .with_executor(VettoExecutor {
-            hardening: o.hardening,
-            mode: o.mode,
-        })
-        .with_console_socket(o.console_socket)
-        .with_preserved_fds(o.preserve_fds)
-        .validate_id()
-        .map_err(rt("container id"))?
+    let executor = VettoExecutor {
+        hardening: o.hardening,
+        mode: o.mode,
+    };
+    builder(&o.common, executor)?
         .as_init(o.bundle)
         .with_systemd(o.systemd_cgroup)
         .with_detach(true)
@@ -264,19 +268,11 @@ pub fn create(o: CreateOptions<'_>) -> Result<Sandbox, EngineError> {
 
 /// Start a process in a running container; returns its pid.
 pub fn exec(o: ExecOptions<'_>) -> Result<i32, EngineError> {
-    let mut b = ContainerBuilder::new(o.id.to_string(), SyscallType::default())
-        .with_root_path(o.state_root)
-        .map_err(rt("state root"))?
-        .with_pid_file(o.pid_file)
-        .map_err(rt("pid file"))?
-        .with_console_socket(o.console_socket)
-        .with_preserved_fds(o.preserve_fds)
-        .with_executor(VettoExecutor {
-            hardening: o.hardening,
-            mode: Mode::Detached,
-        })
-        .validate_id()
-        .map_err(rt("container id"))?
+    let executor = VettoExecutor {
+        hardening: o.hardening,
+        mode: Mode::Detached,
+    };
+    let mut b = builder(&o.common, executor)?
         .as_tenant()
         .with_detach(o.detach)
         .with_cwd(o.cwd)

@@ -1,7 +1,7 @@
 //! vetto's runtime edge: the `vetto` command line (sandboxed sessions, policy tools, the
 //! broker sidecar) and `vetto-shim`, the OCI runtime Docker, Podman and containerd drive
 //! ([`oci`]). Both binaries are thin `main`s over this library; libcontainer is reached only
-//! through [`engine`] and [`oci`].
+//! through [`engine`], by `vetto run` ([`run`]) and by every `vetto-shim` command alike.
 
 pub mod broker_cmd;
 pub mod cli;

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use crate::cli::RunArgs;
-use crate::engine::{self, CreateOptions, Mode};
+use crate::engine::{self, Common, CreateOptions, Mode};
 use crate::{policy_cmd, pty, session, sidecar, userns};
 
 /// Exit status when vetto itself could not set the sandbox up (as Docker and Podman do).
@@ -251,12 +251,14 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     }
     let state_root = sess.state();
     let created = engine::create(CreateOptions {
-        id: &sess.id,
+        common: Common {
+            id: &sess.id,
+            state_root: &state_root,
+            console_socket: console.as_ref().map(|(_, p)| p.as_path()),
+            pid_file: None,
+            preserve_fds: 0,
+        },
         bundle: &bundle,
-        state_root: &state_root,
-        console_socket: console.as_ref().map(|(_, p)| p.as_path()),
-        pid_file: None,
-        preserve_fds: 0,
         no_pivot: false,
         systemd_cgroup: false,
         hardening,

@@ -275,6 +275,15 @@ pub fn pids_with(needle: &str) -> Vec<u32> {
     v
 }
 
+/// Is a `sleep TAG` running (the sandboxed command itself, not a supervisor or a clone of one
+/// whose command line merely contains the script)?
+pub fn sleeping(tag: &str) -> bool {
+    let want = format!("sleep\0{tag}\0");
+    pids_with(tag).into_iter().any(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes())
+    })
+}
+
 /// Wait up to `secs` for `f` to hold.
 pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Child, Stdio};
 
-use vetto_integration::{both, err, eventually, out, pids_with, Fixture, Mode};
+use vetto_integration::{both, err, eventually, out, pids_with, sleeping, Fixture, Mode};
 
 /// How many sessions start at once.
 const SESSIONS: usize = 50;
@@ -20,15 +20,6 @@ fn sleep_tag(f: &Fixture, test: u32) -> String {
         test,
         u8::from(f.mode == Mode::Rootless)
     )
-}
-
-/// Is a `sleep TAG` running (the sandboxed command itself, not a supervisor whose command
-/// line merely contains the script)?
-fn sleeping(tag: &str) -> bool {
-    let want = format!("sleep\0{tag}\0");
-    pids_with(tag).into_iter().any(|pid| {
-        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes())
-    })
 }
 
 fn spawn(f: &Fixture, script: &str) -> Child {

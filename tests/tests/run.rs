@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use vetto_integration::{both, err, eventually, out, pids_with, Fixture, Mode};
+use vetto_integration::{both, err, eventually, out, pids_with, sleeping, Fixture, Mode};
 
 both!(env_file_reads_empty, |f| {
     let o = f.run_sh(&[], "cat .env; echo \"rc=$?\"; wc -c < .env");
@@ -276,8 +276,10 @@ both!(supervisor_sigkill_kills_the_sandbox, |f| {
         .stdin(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
+    // The sandboxed `sleep` itself (the supervisor's command line holds the script too):
+    // the supervisor is killed once the sandbox runs.
     assert!(
-        eventually(10, || !pids_with(&format!("sleep {tag}3")).is_empty()),
+        eventually(10, || sleeping(&format!("{tag}3"))),
         "sandbox never started"
     );
     // The supervisor is vetto itself (setpriv execs env which execs vetto: same pid).

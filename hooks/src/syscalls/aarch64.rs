@@ -155,25 +155,11 @@ pub const X86_64_ONLY_NAMES: &[&str] = &[
 /// aarch64-unknown-linux-musl, although the kernel has it (asm-generic/unistd.h: 294).
 const AARCH64_EXTRA: &[(&str, i64)] = &[("SYS_kexec_file_load", 294)];
 
-fn lookup(table: &[(&str, i64)], name: &str) -> Option<i64> {
-    table
-        .iter()
-        .find(|(sys, _)| sys.strip_prefix("SYS_") == Some(name))
-        .map(|&(_, nr)| nr)
-}
-
-/// The number of `name` on aarch64.
-pub fn number(name: &str) -> Option<i64> {
-    lookup(COMMON, name)
-        .or_else(|| lookup(NEWER, name))
-        .or_else(|| lookup(AARCH64_EXTRA, name))
-}
-
-/// Every name in the table.
-pub fn names() -> impl Iterator<Item = &'static str> {
+/// Every `(name, number)` of the table.
+pub fn table() -> impl Iterator<Item = (&'static str, i64)> {
     COMMON
         .iter()
         .chain(NEWER)
         .chain(AARCH64_EXTRA)
-        .filter_map(|(n, _)| n.strip_prefix("SYS_"))
+        .filter_map(|&(n, nr)| Some((n.strip_prefix("SYS_")?, nr)))
 }

@@ -39,31 +39,26 @@ pub enum Resolved {
     AbsentOnThisArch,
 }
 
-/// The number of `name` on this architecture, if it has that syscall.
+/// This architecture's table, `(name, number)`.
 #[cfg(target_arch = "x86_64")]
-pub fn number(name: &str) -> Option<i64> {
-    x86_64::TABLE
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|&(_, nr)| i64::from(nr))
+fn table() -> impl Iterator<Item = (&'static str, i64)> {
+    x86_64::TABLE.iter().map(|&(n, nr)| (n, i64::from(nr)))
+}
+
+/// This architecture's table, `(name, number)`.
+#[cfg(target_arch = "aarch64")]
+fn table() -> impl Iterator<Item = (&'static str, i64)> {
+    aarch64::table()
 }
 
 /// The number of `name` on this architecture, if it has that syscall.
-#[cfg(target_arch = "aarch64")]
 pub fn number(name: &str) -> Option<i64> {
-    aarch64::number(name)
+    table().find(|(n, _)| *n == name).map(|(_, nr)| nr)
 }
 
 /// Every syscall name of this architecture's table.
-#[cfg(target_arch = "x86_64")]
 pub fn names() -> impl Iterator<Item = &'static str> {
-    x86_64::TABLE.iter().map(|(n, _)| *n)
-}
-
-/// Every syscall name of this architecture's table.
-#[cfg(target_arch = "aarch64")]
-pub fn names() -> impl Iterator<Item = &'static str> {
-    aarch64::names()
+    table().map(|(n, _)| n)
 }
 
 /// Resolves a syscall name (as in `man 2 syscalls`, e.g. `"umount2"`) for this architecture.

@@ -8,7 +8,7 @@ use liboci_cli::GlobalOpts;
 use super::log::Logger;
 use super::prepare::{self, shim_dir, ShimState};
 use super::{check_id, network, OciError};
-use crate::engine::{self, CreateOptions, Mode, Sandbox};
+use crate::engine::{self, Common, CreateOptions, Mode, Sandbox};
 
 /// Removes what a failed `create` left: libcontainer's state and the shadow bundle.
 pub(super) fn cleanup(root: &Path, id: &str) {
@@ -27,46 +27,9 @@ pub(super) fn forget(root: &Path, id: &str) {
 
 /// The arguments `create` and `run` share.
 pub(super) struct CreateArgs<'a> {
-    pub id: &'a str,
-    pub bundle: &'a Path,
-    pub console_socket: Option<&'a Path>,
-    pub pid_file: Option<&'a Path>,
-    pub preserve_fds: i32,
-    pub no_pivot: bool,
+    pub a: &'a liboci_cli::Create,
     pub cgroup_view: bool,
     pub policy_dir: Option<&'a Path>,
-}
-
-impl<'a> CreateArgs<'a> {
-    pub fn new(a: &'a liboci_cli::Create, cgroup_view: bool, policy_dir: Option<&'a Path>) -> Self {
-        CreateArgs {
-            policy_dir,
-            id: &a.container_id,
-            bundle: &a.bundle,
-            console_socket: a.console_socket.as_deref(),
-            pid_file: a.pid_file.as_deref(),
-            preserve_fds: a.preserve_fds,
-            no_pivot: a.no_pivot,
-            cgroup_view,
-        }
-    }
-
-    pub fn from_run(
-        a: &'a liboci_cli::Run,
-        cgroup_view: bool,
-        policy_dir: Option<&'a Path>,
-    ) -> Self {
-        CreateArgs {
-            policy_dir,
-            id: &a.container_id,
-            bundle: &a.bundle,
-            console_socket: a.console_socket.as_deref(),
-            pid_file: a.pid_file.as_deref(),
-            preserve_fds: a.preserve_fds,
-            no_pivot: a.no_pivot,
-            cgroup_view,
-        }
-    }
 }
 
 pub(super) fn create(
@@ -81,30 +44,33 @@ pub(super) fn create(
             "the systemd cgroup driver (--systemd-cgroup); use cgroupfs",
         ));
     }
-    check_id(a.id)?;
-    if root.join(a.id).exists() || shim_dir(root, a.id).exists() {
-        return Err(OciError::Exists(a.id.to_string()));
+    let (c, id) = (a.a, a.a.container_id.as_str());
+    check_id(id)?;
+    if root.join(id).exists() || shim_dir(root, id).exists() {
+        return Err(OciError::Exists(id.to_string()));
     }
     let prepared = prepare::prepare(
-        a.id,
-        a.bundle,
+        id,
+        &c.bundle,
         root,
         host_policy,
         a.policy_dir,
         a.cgroup_view,
     )?;
-    log.debug(&format!("create {}: {}", a.id, prepared.summary));
+    log.debug(&format!("create {id}: {}", prepared.summary));
     if prepared.state.restore_caps.is_some() {
         log.debug("capabilities widened until the seccomp profile is installed");
     }
     let built = engine::create(CreateOptions {
-        id: a.id,
+        common: Common {
+            id,
+            state_root: root,
+            console_socket: c.console_socket.as_deref(),
+            pid_file: c.pid_file.as_deref(),
+            preserve_fds: c.preserve_fds,
+        },
         bundle: &prepared.dir,
-        state_root: root,
-        console_socket: a.console_socket,
-        pid_file: a.pid_file,
-        preserve_fds: a.preserve_fds,
-        no_pivot: a.no_pivot,
+        no_pivot: c.no_pivot,
         systemd_cgroup: false,
         hardening: prepared.hardening,
         mode: Mode::Detached,
@@ -112,7 +78,7 @@ pub(super) fn create(
     let c = match built {
         Ok(c) => c,
         Err(e) => {
-            cleanup(root, a.id);
+            cleanup(root, id);
             return Err(e.into());
         }
     };
@@ -122,8 +88,8 @@ pub(super) fn create(
         let start = u32::try_from(p).ok().and_then(crate::session::start_time)?;
         Some((p, start))
     });
-    if let Err(e) = st.save(root, a.id) {
-        cleanup(root, a.id);
+    if let Err(e) = st.save(root, id) {
+        cleanup(root, id);
         return Err(e);
     }
     if let Some(net) = prepared
@@ -139,15 +105,15 @@ pub(super) fn create(
         match attached {
             Ok(broker) => {
                 st.broker_pid = Some(broker);
-                if let Err(e) = st.save(root, a.id) {
+                if let Err(e) = st.save(root, id) {
                     network::stop(broker);
-                    cleanup(root, a.id);
+                    cleanup(root, id);
                     return Err(e);
                 }
                 log.debug(&format!("network broker {broker} attached"));
             }
             Err(e) => {
-                cleanup(root, a.id);
+                cleanup(root, id);
                 return Err(e);
             }
         }
@@ -165,13 +131,21 @@ pub(super) fn run(
     cgroup_view: bool,
     policy_dir: Option<&Path>,
 ) -> Result<u8, OciError> {
-    let mut c = create(
-        g,
-        root,
-        host_policy,
-        log,
-        &CreateArgs::from_run(a, cgroup_view, policy_dir),
-    )?;
+    let as_create = liboci_cli::Create {
+        bundle: a.bundle.clone(),
+        console_socket: a.console_socket.clone(),
+        pid_file: a.pid_file.clone(),
+        no_pivot: a.no_pivot,
+        no_new_keyring: a.no_new_keyring,
+        preserve_fds: a.preserve_fds,
+        container_id: a.container_id.clone(),
+    };
+    let args = CreateArgs {
+        a: &as_create,
+        cgroup_view,
+        policy_dir,
+    };
+    let mut c = create(g, root, host_policy, log, &args)?;
     let pid = match c.start() {
         Ok(pid) => pid,
         Err(e) => {

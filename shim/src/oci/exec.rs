@@ -10,7 +10,7 @@ use vetto_hooks::apply::Capabilities;
 use super::log::Logger;
 use super::prepare::{self, shim_dir, ShimState};
 use super::{load, status_str, OciError};
-use crate::engine::{self, ExecOptions};
+use crate::engine::{self, Common, ExecOptions};
 
 /// The rewritten process file holds the environment: removed on every path out.
 struct RemoveOnDrop(PathBuf);
@@ -100,11 +100,13 @@ pub(super) fn exec(root: &Path, log: &Logger, a: liboci_cli::Exec) -> Result<u8,
         }
     }
     let built = engine::exec(ExecOptions {
-        id: &a.container_id,
-        state_root: root,
-        console_socket: a.console_socket.as_deref(),
-        pid_file: a.pid_file.as_deref(),
-        preserve_fds: a.preserve_fds,
+        common: Common {
+            id: &a.container_id,
+            state_root: root,
+            console_socket: a.console_socket.as_deref(),
+            pid_file: a.pid_file.as_deref(),
+            preserve_fds: a.preserve_fds,
+        },
         detach: a.detach,
         cwd: a.cwd.as_deref(),
         env,

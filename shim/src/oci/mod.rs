@@ -313,13 +313,12 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
     };
     match cli.cmd {
         Cmd::Standard(StandardCmd::Create(a)) => {
-            create::create(
-                g,
-                &root,
-                host_policy,
-                log,
-                &CreateArgs::new(&a, cgroup_view, policy_dir),
-            )?;
+            let args = CreateArgs {
+                a: &a,
+                cgroup_view,
+                policy_dir,
+            };
+            create::create(g, &root, host_policy, log, &args)?;
         }
         Cmd::Standard(StandardCmd::Start(a)) => start::start(&root, &a.container_id)?,
         Cmd::Standard(StandardCmd::State(a)) => state::state(&root, &a.container_id)?,
