@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use vetto_bundle::plan::Plan;
 
 use nix::sys::signal::{kill, killpg, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 
 use crate::apply::{self, Capabilities, Filter, HardenError, Hardening, Listeners, Network};
@@ -200,15 +200,6 @@ fn exec_child(file: &CString, argv: &[CString], envp: &[CString], cfg: &InitConf
     unsafe { libc::_exit(code) }
 }
 
-/// The shell convention for a wait status: the exit code, or 128 + the signal that killed it.
-fn exit_code(status: WaitStatus) -> Option<i32> {
-    match status {
-        WaitStatus::Exited(_, code) => Some(code),
-        WaitStatus::Signaled(_, sig, _) => Some(128 + sig as i32),
-        _ => None,
-    }
-}
-
 fn reap_loop(sfd: RawFd, child: libc::pid_t) -> ! {
     let child = Pid::from_raw(child);
     let mut exit: Option<i32> = None;
@@ -230,7 +221,7 @@ fn reap_loop(sfd: RawFd, child: libc::pid_t) -> ! {
         while let Ok(st) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
             match st.pid() {
                 None => break,
-                Some(pid) if pid == child => exit = exit_code(st).or(exit),
+                Some(pid) if pid == child => exit = process::exit_code(st).or(exit),
                 Some(_) => {}
             }
         }

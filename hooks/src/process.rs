@@ -7,6 +7,8 @@
 
 use std::io;
 
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
 use thiserror::Error;
 
 /// Process-attribute failures.
@@ -502,6 +504,45 @@ pub fn block_into_signalfd(
     }
     // SAFETY: a fresh descriptor nothing else owns.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// How a child ended, as a shell says it: its exit code, or 128 + the signal that killed it;
+/// `None` while it has not ended.
+pub fn exit_code(status: WaitStatus) -> Option<i32> {
+    match status {
+        WaitStatus::Exited(_, code) => Some(code),
+        WaitStatus::Signaled(_, sig, _) => Some(128 + sig as i32),
+        _ => None,
+    }
+}
+
+/// Wait for the child `pid` (retrying on EINTR) and return [`exit_code`]; `None` if it cannot
+/// be waited for.
+pub fn wait(pid: i32) -> Option<i32> {
+    loop {
+        match waitpid(Pid::from_raw(pid), None) {
+            Ok(st) => {
+                if let Some(code) = exit_code(st) {
+                    return Some(code);
+                }
+            }
+            Err(nix::Error::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Without blocking: the child `pid`'s [`exit_code`], once it has ended.
+pub fn try_wait(pid: i32) -> Option<i32> {
+    waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG))
+        .ok()
+        .and_then(exit_code)
+}
+
+/// SIGKILL the child `pid` (a sandbox's init: its PID namespace dies with it) and reap it.
+pub fn kill_and_reap(pid: i32) {
+    let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    let _ = wait(pid);
 }
 
 #[cfg(test)]

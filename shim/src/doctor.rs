@@ -90,7 +90,7 @@ fn probe_userns() -> Probe {
                 libc::_exit(if r == 0 { 0 } else { 1 })
             }
         }
-        p if p > 0 => crate::engine::wait(p) == Some(0),
+        p if p > 0 => vetto_hooks::process::wait(p) == Some(0),
         _ => false,
     };
     let root = nix::unistd::geteuid().is_root();

@@ -3,7 +3,7 @@
 //! ([`crate::oci`]) create, exec, start, signal, pause and delete through these functions;
 //! what differs between them is data:
 //!
-//! - [`Mode`]: `vetto run`'s init is supervised (PDEATHSIG armed, the hardening applied right
+//! - [`Mode`]: `vetto run`'s init is supervised (PDEATHSIG armed early, the hardening applied right
 //!   before PID 1 forks the command, errors written to a pipe); `vetto-shim`'s is detached
 //!   (the hardening applied in `validate()`, so a failure fails `create` with its reason,
 //!   and the process `execvp`s `process.args`);
@@ -27,7 +27,6 @@ use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::signal::Signal;
 use libcontainer::syscall::syscall::SyscallType;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use vetto_hooks::apply::{self, Hardening};
 use vetto_hooks::init::{self, InitConfig};
@@ -68,12 +67,11 @@ fn rt(step: &'static str) -> impl FnOnce(libcontainer::error::LibcontainerError)
 /// How the container's process runs after libcontainer's setup.
 #[derive(Debug, Clone, Copy)]
 pub enum Mode {
-    /// `vetto run`: PID 1 of a supervised sandbox.
+    /// `vetto run`: PID 1 of a supervised sandbox. PDEATHSIG is armed as the hardening's
+    /// `parent_death` step says (with the supervisor's pidfd), also in `validate()`.
     Supervised {
         /// The command's stdio is a pseudo-terminal.
         tty: bool,
-        /// pidfd of the supervisor (the PDEATHSIG race is closed with it).
-        supervisor_pidfd: Option<RawFd>,
         /// Write end of the pipe setup errors are reported on.
         error_fd: Option<RawFd>,
     },
@@ -103,9 +101,10 @@ impl Executor for VettoExecutor {
         };
         match self.mode {
             // Runs after libcontainer's id switch and capability drop, which would clear it.
-            Mode::Supervised {
-                supervisor_pidfd, ..
-            } => apply::arm_parent_death(supervisor_pidfd).map_err(|e| invalid(e.to_string())),
+            Mode::Supervised { .. } => match self.hardening.parent_death {
+                Some(pidfd) => apply::arm_parent_death(pidfd).map_err(|e| invalid(e.to_string())),
+                None => Ok(()),
+            },
             // The network namespace is final here (the runtime's prestart hooks have run), and
             // libcontainer has not yet reported ready: a failure fails `create`, and the
             // bundle's startContainer hooks run restricted, as under runc.
@@ -393,32 +392,4 @@ impl Sandbox {
             .map_err(|e| EngineError::Cgroup(e.to_string()))?;
         Ok(pids.iter().map(|p| p.as_raw()).collect())
     }
-}
-
-/// Wait for the child `pid` (retrying on EINTR) and return its status as a shell would: the
-/// exit code, or 128 + the signal that killed it; `None` if it cannot be waited for.
-pub fn wait(pid: i32) -> Option<i32> {
-    loop {
-        match waitpid(Pid::from_raw(pid), None) {
-            Ok(WaitStatus::Exited(_, code)) => return Some(code),
-            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(128 + sig as i32),
-            Ok(_) | Err(nix::Error::EINTR) => continue,
-            Err(_) => return None,
-        }
-    }
-}
-
-/// Without blocking: the child `pid`'s status as [`wait`] gives it, once it has ended.
-pub fn try_wait(pid: i32) -> Option<i32> {
-    match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
-        Ok(WaitStatus::Exited(_, code)) => Some(code),
-        Ok(WaitStatus::Signaled(_, sig, _)) => Some(128 + sig as i32),
-        _ => None,
-    }
-}
-
-/// SIGKILL the child `pid` (a sandbox's init: its PID namespace dies with it) and reap it.
-pub fn kill_and_reap(pid: i32) {
-    let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-    let _ = wait(pid);
 }

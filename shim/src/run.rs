@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+use vetto_hooks::process;
+
 use crate::cli::RunArgs;
 use crate::engine::{self, Common, CreateOptions, Mode};
 use crate::{policy_cmd, pty, session, sidecar, userns};
@@ -241,7 +243,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     )?;
     let mode = Mode::Supervised {
         tty,
-        supervisor_pidfd: pidfd.as_ref().map(|p| p.as_raw_fd()),
         error_fd: Some(err_w.as_raw_fd()),
     };
     let cwd = std::env::current_dir()?;
@@ -317,7 +318,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             match started {
                 Ok(child) => Some(child),
                 Err(e) => {
-                    engine::kill_and_reap(init_pid);
+                    process::kill_and_reap(init_pid);
                     return Err(e);
                 }
             }
@@ -475,7 +476,7 @@ fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Inst
         // SAFETY: polling our own array of pollfds.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         if n == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-            engine::kill_and_reap(init);
+            process::kill_and_reap(init);
             return Outcome::WallClock;
         }
         if let Some(m) = master {
@@ -514,7 +515,7 @@ fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Inst
                 }
             }
         }
-        if let Some(code) = engine::try_wait(init) {
+        if let Some(code) = process::try_wait(init) {
             if let Some(m) = master {
                 // SAFETY: our own descriptor; drain what the command wrote last.
                 unsafe { libc::fcntl(m, libc::F_SETFL, libc::O_NONBLOCK) };

@@ -156,7 +156,7 @@ pub(super) fn run(
     if a.detach {
         return Ok(0);
     }
-    let code = engine::wait(pid)
+    let code = vetto_hooks::process::wait(pid)
         .and_then(|c| u8::try_from(c).ok())
         .unwrap_or(255);
     if !a.keep {

@@ -126,7 +126,7 @@ pub(super) fn exec(root: &Path, log: &Logger, a: liboci_cli::Exec) -> Result<u8,
     if a.detach {
         return Ok(0);
     }
-    Ok(engine::wait(pid)
+    Ok(vetto_hooks::process::wait(pid)
         .and_then(|c| u8::try_from(c).ok())
         .unwrap_or(255))
 }

@@ -65,7 +65,7 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
         unsafe { libc::_exit(code) };
     }
     drop(theirs);
-    let code = crate::engine::wait(pid)
+    let code = vetto_hooks::process::wait(pid)
         .ok_or_else(|| net_err("lost the helper that binds the listeners".into()))?;
     if code != 0 {
         return Err(net_err(
