@@ -48,6 +48,7 @@
 //! chain (`{:#}` with anyhow, or [`error_chain`]).
 
 pub mod allow;
+pub mod audit;
 pub mod classify;
 pub mod dns;
 mod http_proxy;

@@ -1,0 +1,716 @@
+//! The audit store: one SQLite database (WAL) holding one hash chain, its signed checkpoints,
+//! and the export cursors; beside it the signed head file and the writers' lock file.
+//!
+//! Each record carries the SHA-256 of the record before it ([`record_hash`]), so an edited,
+//! inserted, reordered or removed record breaks the chain where it happened. The head (the last
+//! record's position and hash, signed) is kept outside the database, in `<db>.head`: a tail cut
+//! off the database, or the database replaced by an older copy, no longer reaches it.
+//!
+//! Several processes write at once (sessions, their brokers, shim containers). Every append
+//! holds an exclusive `flock` on `<db>.lock` across its transaction and the head update, so the
+//! chain stays one line and the head never goes backwards. An append first checks that the
+//! database still reaches the signed head, and refuses to write into a store that does not
+//! (vetto fails closed then: `vetto audit verify` says where it broke).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::SigningKey;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use sha2::{Digest, Sha256};
+
+use super::event::{rfc3339, Event, EventKind};
+use super::key::Checkpoint;
+use super::AuditError;
+
+/// A checkpoint is written at least every this many records (and at every session end).
+pub const CHECKPOINT_EVERY: u64 = 1000;
+
+/// The `prev` of the first record.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// A record's hash: SHA-256 over the store's id, the position, the previous hash and the exact
+/// stored body (hex).
+pub fn record_hash(store_id: &str, seq: u64, prev: &str, body: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"vetto-audit-record-v1\0");
+    h.update(store_id.as_bytes());
+    h.update(b"\0");
+    h.update(seq.to_string().as_bytes());
+    h.update(b"\0");
+    h.update(prev.as_bytes());
+    h.update(b"\0");
+    h.update(body.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// Create `dir` (and its parents) if needed; a directory vetto creates is 0700.
+pub fn private_dir(dir: &Path) -> Result<(), AuditError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| AuditError::Io {
+            what: "creating the audit directory".into(),
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
+/// The files of one store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorePaths {
+    /// The SQLite database.
+    pub db: PathBuf,
+    /// The signed head (`<db>.head`).
+    pub head: PathBuf,
+    /// The writers' lock (`<db>.lock`).
+    pub lock: PathBuf,
+}
+
+impl StorePaths {
+    /// The files of the store at `db`.
+    pub fn new(db: &Path) -> Self {
+        let with = |ext: &str| {
+            let mut s = db.as_os_str().to_os_string();
+            s.push(ext);
+            PathBuf::from(s)
+        };
+        StorePaths {
+            db: db.to_path_buf(),
+            head: with(".head"),
+            lock: with(".lock"),
+        }
+    }
+}
+
+/// One stored record: the event and its place in the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The event (its `seq` is the chain position).
+    pub event: Event,
+    /// The exact body that was hashed.
+    pub body: String,
+    /// The previous record's hash.
+    pub prev: String,
+    /// This record's hash.
+    pub hash: String,
+}
+
+impl Stored {
+    /// The event as one JSON object with `prev` and `hash` added (a JSONL line).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(&self.event).unwrap_or(serde_json::Value::Null);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("prev".into(), self.prev.clone().into());
+            o.insert("hash".into(), self.hash.clone().into());
+        }
+        v
+    }
+}
+
+/// Which records to read.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only records at or after this time (RFC 3339 UTC).
+    pub since: Option<String>,
+    /// Only this session's.
+    pub session: Option<String>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only records after this chain position.
+    pub after_seq: Option<u64>,
+    /// At most this many (the first ones).
+    pub limit: Option<u64>,
+}
+
+/// One session as `vetto audit sessions` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SessionRow {
+    /// The session id.
+    pub session: String,
+    /// Its first record's time.
+    pub first: String,
+    /// Its last record's time.
+    pub last: String,
+    /// Its records.
+    pub events: u64,
+    /// Its `session_start` body, if recorded.
+    pub start: Option<serde_json::Value>,
+    /// Its `session_end` body, if recorded.
+    pub end: Option<serde_json::Value>,
+    /// Connections allowed / denied or failed.
+    pub allowed: u64,
+    /// Connections refused or failed.
+    pub denied: u64,
+}
+
+/// An open store.
+pub struct Store {
+    paths: StorePaths,
+    conn: Connection,
+    lock: std::fs::File,
+    store_id: String,
+}
+
+fn sql(path: &Path, what: &str) -> impl Fn(rusqlite::Error) -> AuditError {
+    let path = path.to_path_buf();
+    let what = what.to_string();
+    move |source| AuditError::Sql {
+        what: what.clone(),
+        path: path.clone(),
+        source,
+    }
+}
+
+/// Holds the writers' lock until dropped.
+struct Locked<'a>(&'a std::fs::File);
+
+impl<'a> Locked<'a> {
+    fn take(f: &'a std::fs::File, path: &Path) -> Result<Self, AuditError> {
+        loop {
+            // SAFETY: flock on a descriptor we own.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Locked(f));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(AuditError::Io {
+                    what: "locking the store".into(),
+                    path: path.to_path_buf(),
+                    source: e,
+                });
+            }
+        }
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // SAFETY: unlocking a descriptor we own.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records(
+    seq INTEGER PRIMARY KEY, session TEXT NOT NULL, session_seq INTEGER NOT NULL,
+    time TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL, prev TEXT NOT NULL,
+    hash TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS records_session ON records(session, session_seq);
+CREATE TABLE IF NOT EXISTS checkpoints(
+    seq INTEGER PRIMARY KEY, hash TEXT NOT NULL, time TEXT NOT NULL, signature TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS exports(destination TEXT PRIMARY KEY, acked INTEGER NOT NULL);
+";
+
+impl Store {
+    /// Open (or create) the store at `paths`. With `create` false a missing database is an
+    /// error (the readers: `verify`, `query`).
+    pub fn open(paths: &StorePaths, create: bool) -> Result<Self, AuditError> {
+        if let Some(dir) = paths.db.parent() {
+            if create {
+                private_dir(dir)?;
+            }
+        }
+        for p in [&paths.db, &paths.head, &paths.lock] {
+            if let Ok(m) = std::fs::symlink_metadata(p) {
+                if !m.is_file() {
+                    return Err(AuditError::NotRegular(p.clone()));
+                }
+            }
+        }
+        if !create && !paths.db.is_file() {
+            return Err(AuditError::NoStore(paths.db.clone()));
+        }
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&paths.lock)
+            .or_else(|e| match create {
+                // A reader without write access to the lock (e.g. a copy): read without it.
+                false => std::fs::File::open("/dev/null"),
+                true => Err(e),
+            })
+            .map_err(|source| AuditError::Io {
+                what: "opening the lock".into(),
+                path: paths.lock.clone(),
+                source,
+            })?;
+        let flags = match create {
+            true => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+            false => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        } | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+        let e = sql(&paths.db, "opening");
+        let conn = Connection::open_with_flags(&paths.db, flags).map_err(&e)?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))
+            .map_err(&e)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(&e)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(&e)?;
+        let _ = std::fs::set_permissions(&paths.db, std::fs::Permissions::from_mode(0o600));
+        let mut store = Store {
+            paths: paths.clone(),
+            conn,
+            lock,
+            store_id: String::new(),
+        };
+        store.store_id = store.init(create)?;
+        Ok(store)
+    }
+
+    /// The schema and the store's id, made once (under the lock, so two first writers agree).
+    fn init(&mut self, create: bool) -> Result<String, AuditError> {
+        let e = sql(&self.paths.db, "initialising");
+        let existing: Option<String> = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'store_id'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .unwrap_or(None);
+        if let Some(id) = existing {
+            return Ok(id);
+        }
+        if !create {
+            return Err(AuditError::NoStore(self.paths.db.clone()));
+        }
+        let _l = Locked::take(&self.lock, &self.paths.lock)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&e)?;
+        tx.execute_batch(SCHEMA).map_err(&e)?;
+        let id: Option<String> = tx
+            .query_row("SELECT value FROM meta WHERE key = 'store_id'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(&e)?;
+        let id = match id {
+            Some(id) => id,
+            None => {
+                let mut b = [0u8; 16];
+                getrandom::fill(&mut b).map_err(|x| AuditError::Io {
+                    what: "generating the store id".into(),
+                    path: self.paths.db.clone(),
+                    source: std::io::Error::other(x.to_string()),
+                })?;
+                let id = hex::encode(b);
+                tx.execute(
+                    "INSERT INTO meta(key, value) VALUES ('store_id', ?1)",
+                    params![id],
+                )
+                .map_err(&e)?;
+                id
+            }
+        };
+        tx.commit().map_err(&e)?;
+        Ok(id)
+    }
+
+    /// The store's random id.
+    pub fn id(&self) -> &str {
+        &self.store_id
+    }
+
+    /// Its files.
+    pub fn paths(&self) -> &StorePaths {
+        &self.paths
+    }
+
+    /// The signed head file, if there is one.
+    pub fn read_head(&self) -> Result<Option<Checkpoint>, AuditError> {
+        read_head(&self.paths.head)
+    }
+
+    /// Append `events` (time in ms since the epoch, session, kind) as one transaction; with
+    /// `checkpoint`, also write a signed checkpoint at the new head. Returns them as stored.
+    pub fn append(
+        &mut self,
+        key: &SigningKey,
+        events: Vec<(u64, String, EventKind)>,
+        checkpoint: bool,
+    ) -> Result<Vec<Stored>, AuditError> {
+        if events.is_empty() && !checkpoint {
+            return Ok(vec![]);
+        }
+        let e = sql(&self.paths.db, "appending");
+        let _l = Locked::take(&self.lock, &self.paths.lock)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&e)?;
+        let last: Option<(u64, String)> = tx
+            .query_row(
+                "SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(&e)?;
+        let head = read_head(&self.paths.head)?;
+        // The database must still end exactly at the signed head.
+        match (&head, &last) {
+            (None, None) => {}
+            (Some(h), Some((seq, hash))) if h.seq == *seq && h.hash == *hash => {}
+            (Some(h), Some((seq, _))) => {
+                return Err(AuditError::Broken(format!(
+                    "the database ends at record {seq} but the signed head is at record {} with another hash",
+                    h.seq
+                )))
+            }
+            (Some(h), None) => {
+                return Err(AuditError::Broken(format!(
+                    "the database is empty but the signed head is at record {}",
+                    h.seq
+                )))
+            }
+            (None, Some((seq, _))) => {
+                return Err(AuditError::Broken(format!(
+                    "the database has {seq} records but no signed head"
+                )))
+            }
+        }
+        let (mut seq, mut prev) = last.unwrap_or((0, GENESIS.to_string()));
+        let mut session_seqs: HashMap<String, u64> = HashMap::new();
+        let mut out = Vec::with_capacity(events.len());
+        {
+            let mut max_seq = tx
+                .prepare_cached(
+                    "SELECT COALESCE(MAX(session_seq), 0) FROM records WHERE session = ?1",
+                )
+                .map_err(&e)?;
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO records(seq, session, session_seq, time, kind, body, prev, hash)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )
+                .map_err(&e)?;
+            for (ms, session, kind) in events {
+                let sseq = match session_seqs.get_mut(&session) {
+                    Some(n) => n,
+                    None => {
+                        let n: u64 = max_seq
+                            .query_row(params![session], |r| r.get(0))
+                            .map_err(&e)?;
+                        session_seqs.entry(session.clone()).or_insert(n)
+                    }
+                };
+                *sseq += 1;
+                seq += 1;
+                let event = Event {
+                    seq,
+                    session,
+                    session_seq: *sseq,
+                    time: rfc3339(ms),
+                    kind,
+                };
+                let body = serde_json::to_string(&event).map_err(AuditError::Json)?;
+                let hash = record_hash(&self.store_id, seq, &prev, &body);
+                insert
+                    .execute(params![
+                        seq,
+                        event.session,
+                        event.session_seq,
+                        event.time,
+                        event.kind.name(),
+                        body,
+                        prev,
+                        hash
+                    ])
+                    .map_err(&e)?;
+                let record_prev = std::mem::replace(&mut prev, hash.clone());
+                out.push(Stored {
+                    event,
+                    body,
+                    prev: record_prev,
+                    hash,
+                });
+            }
+        }
+        if seq == 0 {
+            // Nothing recorded yet: nothing to sign.
+            tx.commit().map_err(&e)?;
+            return Ok(out);
+        }
+        let now = rfc3339(super::event::now_ms());
+        let last_cp: u64 = tx
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM checkpoints", [], |r| {
+                r.get(0)
+            })
+            .map_err(&e)?;
+        if checkpoint || seq >= last_cp + CHECKPOINT_EVERY {
+            let cp = Checkpoint::sign(key, &self.store_id, seq, &prev, &now);
+            tx.execute(
+                "INSERT OR REPLACE INTO checkpoints(seq, hash, time, signature) VALUES (?1, ?2, ?3, ?4)",
+                params![cp.seq, cp.hash, cp.time, cp.signature],
+            )
+            .map_err(&e)?;
+        }
+        // The new head is written before the commit and renamed into place after it: a crash
+        // in between leaves the old head, which the database then no longer ends at (reported).
+        let head = Checkpoint::sign(key, &self.store_id, seq, &prev, &now);
+        let tmp = write_head_tmp(&self.paths.head, &head)?;
+        if let Err(x) = tx.commit() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e(x));
+        }
+        std::fs::rename(&tmp, &self.paths.head).map_err(|source| AuditError::Io {
+            what: "replacing the head".into(),
+            path: self.paths.head.clone(),
+            source,
+        })?;
+        Ok(out)
+    }
+
+    /// Records matching `f`, in chain order.
+    pub fn query(&self, f: &Filter) -> Result<Vec<Stored>, AuditError> {
+        let e = sql(&self.paths.db, "reading");
+        let mut q = String::from("SELECT body, prev, hash FROM records WHERE seq > ?1");
+        let mut args: Vec<rusqlite::types::Value> = vec![(f.after_seq.unwrap_or(0) as i64).into()];
+        if let Some(s) = &f.since {
+            args.push(s.clone().into());
+            q.push_str(&format!(" AND time >= ?{}", args.len()));
+        }
+        if let Some(s) = &f.session {
+            args.push(s.clone().into());
+            q.push_str(&format!(" AND session = ?{}", args.len()));
+        }
+        if let Some(k) = &f.kind {
+            args.push(k.clone().into());
+            q.push_str(&format!(" AND kind = ?{}", args.len()));
+        }
+        q.push_str(" ORDER BY seq");
+        if let Some(l) = f.limit {
+            q.push_str(&format!(" LIMIT {l}"));
+        }
+        let mut st = self.conn.prepare(&q).map_err(&e)?;
+        let rows = st
+            .query_map(rusqlite::params_from_iter(args), |r| {
+                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
+            })
+            .map_err(&e)?;
+        let mut out = vec![];
+        for row in rows {
+            let (body, prev, hash) = row.map_err(&e)?;
+            let event: Event = serde_json::from_str(&body).map_err(AuditError::Json)?;
+            out.push(Stored {
+                event,
+                body,
+                prev,
+                hash,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every session, oldest first.
+    pub fn sessions(&self) -> Result<Vec<SessionRow>, AuditError> {
+        let e = sql(&self.paths.db, "reading");
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT session, MIN(time), MAX(time), COUNT(*),
+                    (SELECT body FROM records r2 WHERE r2.session = r.session AND kind = 'session_start' ORDER BY seq LIMIT 1),
+                    (SELECT body FROM records r2 WHERE r2.session = r.session AND kind = 'session_end' ORDER BY seq DESC LIMIT 1),
+                    SUM(kind = 'connection' AND json_extract(body, '$.decision') = 'allow'),
+                    SUM(kind = 'connection' AND json_extract(body, '$.decision') != 'allow')
+                 FROM records r GROUP BY session ORDER BY MIN(seq)",
+            )
+            .map_err(&e)?;
+        let parse = |b: Option<String>| b.and_then(|b| serde_json::from_str(&b).ok());
+        let rows = st
+            .query_map([], |r| {
+                Ok(SessionRow {
+                    session: r.get(0)?,
+                    first: r.get(1)?,
+                    last: r.get(2)?,
+                    events: r.get(3)?,
+                    start: parse(r.get(4)?),
+                    end: parse(r.get(5)?),
+                    allowed: r.get::<_, Option<u64>>(6)?.unwrap_or(0),
+                    denied: r.get::<_, Option<u64>>(7)?.unwrap_or(0),
+                })
+            })
+            .map_err(&e)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(&e)
+    }
+
+    /// Every checkpoint, in order.
+    pub fn checkpoints(&self) -> Result<Vec<Checkpoint>, AuditError> {
+        let e = sql(&self.paths.db, "reading");
+        let mut st = self
+            .conn
+            .prepare("SELECT seq, hash, time, signature FROM checkpoints ORDER BY seq")
+            .map_err(&e)?;
+        let id = self.store_id.clone();
+        let rows = st
+            .query_map([], |r| {
+                Ok(Checkpoint {
+                    store_id: id.clone(),
+                    seq: r.get(0)?,
+                    hash: r.get(1)?,
+                    time: r.get(2)?,
+                    signature: r.get(3)?,
+                })
+            })
+            .map_err(&e)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(&e)
+    }
+
+    /// Every record's raw columns, in stored order (for `verify`): (seq, session,
+    /// session_seq, time, kind, body, prev, hash).
+    pub fn raw_records(&self) -> Result<Vec<RawRecord>, AuditError> {
+        let e = sql(&self.paths.db, "reading");
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT seq, session, session_seq, time, kind, body, prev, hash FROM records ORDER BY seq",
+            )
+            .map_err(&e)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(RawRecord {
+                    seq: r.get(0)?,
+                    session: r.get(1)?,
+                    session_seq: r.get(2)?,
+                    time: r.get(3)?,
+                    kind: r.get(4)?,
+                    body: r.get(5)?,
+                    prev: r.get(6)?,
+                    hash: r.get(7)?,
+                })
+            })
+            .map_err(&e)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(&e)
+    }
+
+    /// Run `f` holding the writers' lock inside one read transaction: a consistent view of the
+    /// database and the head file.
+    pub fn snapshot<T>(
+        &mut self,
+        f: impl FnOnce(&Store) -> Result<T, AuditError>,
+    ) -> Result<T, AuditError> {
+        let lock = self.lock.try_clone().map_err(|source| AuditError::Io {
+            what: "locking the store".into(),
+            path: self.paths.lock.clone(),
+            source,
+        })?;
+        let _l = Locked::take(&lock, &self.paths.lock)?;
+        let e = sql(&self.paths.db, "reading");
+        self.conn.execute_batch("BEGIN").map_err(&e)?;
+        let out = f(self);
+        let _ = self.conn.execute_batch("COMMIT");
+        out
+    }
+
+    /// How far `destination` has acknowledged (the last chain position it confirmed).
+    pub fn acked(&self, destination: &str) -> Result<Option<u64>, AuditError> {
+        self.conn
+            .query_row(
+                "SELECT acked FROM exports WHERE destination = ?1",
+                params![destination],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql(&self.paths.db, "reading the export cursor"))
+    }
+
+    /// Record that `destination` confirmed everything up to `seq` (never moves backwards).
+    pub fn set_acked(&self, destination: &str, seq: u64) -> Result<(), AuditError> {
+        self.conn
+            .execute(
+                "INSERT INTO exports(destination, acked) VALUES (?1, ?2)
+                 ON CONFLICT(destination) DO UPDATE SET acked = MAX(acked, excluded.acked)",
+                params![destination, seq],
+            )
+            .map(|_| ())
+            .map_err(sql(&self.paths.db, "writing the export cursor"))
+    }
+
+    /// The last chain position, 0 when empty.
+    pub fn last_seq(&self) -> Result<u64, AuditError> {
+        self.conn
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM records", [], |r| {
+                r.get(0)
+            })
+            .map_err(sql(&self.paths.db, "reading"))
+    }
+}
+
+/// One record's columns as stored.
+#[derive(Debug, Clone)]
+pub struct RawRecord {
+    /// Chain position.
+    pub seq: u64,
+    /// Session column.
+    pub session: String,
+    /// Session position column.
+    pub session_seq: u64,
+    /// Time column.
+    pub time: String,
+    /// Kind column.
+    pub kind: String,
+    /// The hashed body.
+    pub body: String,
+    /// Previous hash.
+    pub prev: String,
+    /// This hash.
+    pub hash: String,
+}
+
+/// The signed head at `path`, if there is one.
+pub fn read_head(path: &Path) -> Result<Option<Checkpoint>, AuditError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(AuditError::Io {
+                what: "reading the head".into(),
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    serde_json::from_str(&text).map(Some).map_err(|_| {
+        AuditError::Broken(format!(
+            "the head file {} is not a signed head",
+            path.display()
+        ))
+    })
+}
+
+fn write_head_tmp(head: &Path, cp: &Checkpoint) -> Result<PathBuf, AuditError> {
+    let mut tmp = head.as_os_str().to_os_string();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let io = |source| AuditError::Io {
+        what: "writing the head".into(),
+        path: tmp.clone(),
+        source,
+    };
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(io)?;
+    let text = serde_json::to_string(cp).map_err(AuditError::Json)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    Ok(tmp)
+}

@@ -1,0 +1,299 @@
+//! The store, the chain and `verify`, against every kind of tampering the issue names.
+#![allow(clippy::unwrap_used)] // Tests: a panic is the failure report.
+
+use rusqlite::params;
+
+use super::event::{EndReason, Engine, EventKind, Limit, SessionEnd, SessionStart};
+use super::key;
+use super::store::{Store, StorePaths};
+use super::verify::verify;
+use super::{AuditConfig, AuditError, Recorder};
+
+fn start() -> EventKind {
+    EventKind::SessionStart(SessionStart {
+        policy_digest: "00".repeat(32),
+        profile: "default".into(),
+        layers: vec!["built-in profile \"default\"".into()],
+        tier: "FULL".into(),
+        landlock_abi: Some(7),
+        argv: vec!["true".into()],
+        project: "/p".into(),
+        uid: 1000,
+        engine: Engine::Run,
+    })
+}
+
+fn end() -> EventKind {
+    EventKind::SessionEnd(SessionEnd {
+        status: Some(0),
+        signal: None,
+        duration_ms: 3,
+        reason: EndReason::Exit,
+        control: None,
+    })
+}
+
+fn limit(i: u64) -> EventKind {
+    EventKind::Limit(Limit {
+        limit: "processes".into(),
+        value: i,
+        detail: format!("event {i}"),
+    })
+}
+
+/// A store with `n` sessions of start, 3 limits, end (5 records each).
+fn filled(dir: &std::path::Path, n: usize) -> AuditConfig {
+    let cfg = AuditConfig::in_dir(dir);
+    for s in 0..n {
+        let mut r = Recorder::open(&cfg, &format!("s{s}")).unwrap();
+        r.record(start()).unwrap();
+        for i in 0..3 {
+            r.record(limit(i)).unwrap();
+        }
+        r.record_batch(vec![(super::event::now_ms(), end())], true)
+            .unwrap();
+    }
+    cfg
+}
+
+fn check(cfg: &AuditConfig) -> super::verify::Report {
+    let k = key::load(&cfg.key).unwrap().verifying_key();
+    verify(&StorePaths::new(&cfg.store), &k).unwrap()
+}
+
+fn sql(cfg: &AuditConfig, q: &str) {
+    let c = rusqlite::Connection::open(&cfg.store).unwrap();
+    c.execute_batch(q).unwrap();
+}
+
+#[test]
+fn a_clean_store_verifies() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 3);
+    let r = check(&cfg);
+    assert!(r.ok(), "{r:?}");
+    assert_eq!((r.records, r.sessions, r.head), (15, 3, Some(15)));
+    assert_eq!(r.checkpoints, 3, "one per session end");
+}
+
+#[test]
+fn an_edited_field_breaks_at_its_record() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 2);
+    sql(
+        &cfg,
+        "UPDATE records SET body = replace(body, '\"exit\"', '\"killed\"') WHERE seq = 5",
+    );
+    let r = check(&cfg);
+    assert_eq!(r.broken_at, Some(5), "{r:?}");
+    assert!(r.problems[0].contains("edited"), "{r:?}");
+    // An indexed column alone.
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 2);
+    sql(&cfg, "UPDATE records SET kind = 'limit' WHERE seq = 6");
+    assert_eq!(check(&cfg).broken_at, Some(6));
+}
+
+#[test]
+fn a_deleted_row_breaks_at_its_place() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 2);
+    sql(&cfg, "DELETE FROM records WHERE seq = 7");
+    let r = check(&cfg);
+    assert_eq!(r.broken_at, Some(7), "{r:?}");
+    assert!(r.problems[0].contains("missing"), "{r:?}");
+}
+
+#[test]
+fn two_reordered_rows_break_at_the_first() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 2);
+    // Swap the contents of records 3 and 4 (positions kept).
+    sql(
+        &cfg,
+        "UPDATE records SET seq = -1 WHERE seq = 3;
+         UPDATE records SET seq = 3 WHERE seq = 4;
+         UPDATE records SET seq = 4 WHERE seq = -1;",
+    );
+    let r = check(&cfg);
+    assert_eq!(r.broken_at, Some(3), "{r:?}");
+}
+
+#[test]
+fn a_forged_row_breaks_where_it_was_inserted() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 2);
+    // Make room after record 4, then insert a record whose own hash is right for its content
+    // and its link: only its successor's link betrays it.
+    let c = rusqlite::Connection::open(&cfg.store).unwrap();
+    c.execute_batch("UPDATE records SET seq = seq + 1000 WHERE seq > 4; UPDATE records SET seq = seq - 999 WHERE seq > 1000;").unwrap();
+    let (id, prev): (String, String) = c
+        .query_row(
+            "SELECT (SELECT value FROM meta WHERE key='store_id'), hash FROM records WHERE seq = 4",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let body = r#"{"seq":5,"session":"s0","session_seq":5,"time":"2026-01-01T00:00:00.000Z","kind":"limit","limit":"x","value":1,"detail":"forged"}"#;
+    let hash = super::store::record_hash(&id, 5, &prev, body);
+    c.execute(
+        "INSERT INTO records VALUES (5, 's0', 5, '2026-01-01T00:00:00.000Z', 'limit', ?1, ?2, ?3)",
+        params![body, prev, hash],
+    )
+    .unwrap();
+    let r = check(&cfg);
+    assert!(!r.ok());
+    assert!(r.broken_at.unwrap() <= 6, "{r:?}");
+}
+
+#[test]
+fn a_truncated_tail_is_caught_by_the_head() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 2);
+    // Cut the last record and its checkpoint: the chain in the database is consistent.
+    sql(
+        &cfg,
+        "DELETE FROM records WHERE seq = 10; DELETE FROM checkpoints WHERE seq = 10;",
+    );
+    let r = check(&cfg);
+    assert_eq!(r.broken_at, Some(10), "{r:?}");
+    assert!(r.problems[0].contains("cut off"), "{r:?}");
+    // And a writer refuses to append to it.
+    let e = Recorder::open(&cfg, "later")
+        .unwrap()
+        .record(start())
+        .err()
+        .unwrap();
+    assert!(matches!(e, AuditError::Broken(_)), "{e}");
+}
+
+#[test]
+fn an_older_copy_of_the_store_is_caught() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 1);
+    let old = d.path().join("old.db");
+    {
+        let c = rusqlite::Connection::open(&cfg.store).unwrap();
+        c.execute("VACUUM INTO ?1", params![old.to_str().unwrap()])
+            .unwrap();
+    }
+    let mut r = Recorder::open(&cfg, "s9").unwrap();
+    r.record(start()).unwrap();
+    drop(r);
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", cfg.store.display()));
+    }
+    std::fs::copy(&old, &cfg.store).unwrap();
+    let rep = check(&cfg);
+    assert_eq!(rep.broken_at, Some(6), "{rep:?}");
+}
+
+#[test]
+fn a_rewritten_chain_is_caught_by_the_signatures() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 2);
+    // Edit record 2 and recompute every hash after it: the chain links again, but the signed
+    // checkpoints and head name the old hashes.
+    let c = rusqlite::Connection::open(&cfg.store).unwrap();
+    let id: String = c
+        .query_row("SELECT value FROM meta WHERE key='store_id'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    c.execute_batch("UPDATE records SET body = replace(body, 'event 0', 'event X') WHERE seq = 2")
+        .unwrap();
+    let rows: Vec<(u64, String)> = c
+        .prepare("SELECT seq, body FROM records ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    let mut prev = super::store::GENESIS.to_string();
+    for (seq, body) in rows {
+        let h = super::store::record_hash(&id, seq, &prev, &body);
+        c.execute(
+            "UPDATE records SET prev = ?1, hash = ?2 WHERE seq = ?3",
+            params![prev, h, seq],
+        )
+        .unwrap();
+        prev = h;
+    }
+    let r = check(&cfg);
+    assert_eq!(
+        r.broken_at,
+        Some(5),
+        "the first checkpoint after the edit: {r:?}"
+    );
+}
+
+#[test]
+fn a_forged_head_or_another_key_does_not_verify() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 1);
+    let other = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]).verifying_key();
+    let r = verify(&StorePaths::new(&cfg.store), &other).unwrap();
+    assert!(!r.ok());
+    std::fs::remove_file(StorePaths::new(&cfg.store).head).unwrap();
+    let r = check(&cfg);
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("head") && p.contains("missing")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn concurrent_writers_keep_one_chain() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = AuditConfig::in_dir(d.path());
+    Recorder::open(&cfg, "init")
+        .unwrap()
+        .record(start())
+        .unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let cfg = cfg.clone();
+            std::thread::spawn(move || {
+                let mut r = Recorder::open(&cfg, &format!("t{t}")).unwrap();
+                for i in 0..25 {
+                    r.record(limit(i)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let r = check(&cfg);
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(r.records, 201);
+    let store = Store::open(&StorePaths::new(&cfg.store), false).unwrap();
+    let t3 = store
+        .query(&super::Filter {
+            session: Some("t3".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let seqs: Vec<u64> = t3.iter().map(|s| s.event.session_seq).collect();
+    assert_eq!(seqs, (1..=25).collect::<Vec<_>>());
+}
+
+#[test]
+fn free_text_is_sanitized_before_it_is_stored() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = AuditConfig::in_dir(d.path());
+    let mut r = Recorder::open(&cfg, "s").unwrap();
+    let mut ev = start();
+    if let EventKind::SessionStart(s) = &mut ev {
+        s.argv = vec![
+            "curl".into(),
+            "-H".into(),
+            "Authorization: Bearer ghp_0123456789abcdefghijABCDEFGHIJ012345".into(),
+        ];
+    }
+    let stored = r.record(ev).unwrap();
+    assert!(!stored.body.contains("ghp_0123"), "{}", stored.body);
+    assert!(stored.body.contains("REDACTED"), "{}", stored.body);
+}

@@ -1,0 +1,217 @@
+//! `vetto audit verify`: check a store's whole chain, every checkpoint and the signed head, and
+//! say where it breaks.
+//!
+//! What a clean result proves: nobody without the checkpoint key changed, inserted, reordered
+//! or removed a record up to the signed head, cut records off its end, or put an older copy of
+//! the database in its place. What it cannot prove: that the host's root (who can read the key)
+//! did none of that, or that the store *and* its head were not both replaced by an older pair
+//! (only a copy kept elsewhere, such as an OTLP collector's, shows that).
+
+use std::collections::HashMap;
+
+use ed25519_dalek::VerifyingKey;
+use serde::Serialize;
+
+use super::event::Event;
+use super::store::{record_hash, Store, StorePaths, GENESIS};
+use super::AuditError;
+
+/// What `verify` found.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Report {
+    /// Records in the database.
+    pub records: u64,
+    /// Checkpoints in the database.
+    pub checkpoints: u64,
+    /// The signed head's position, if any.
+    pub head: Option<u64>,
+    /// Distinct sessions.
+    pub sessions: u64,
+    /// The first record (chain position) where the chain breaks, if it does.
+    pub broken_at: Option<u64>,
+    /// Every problem, in chain order (the first one is where it breaks).
+    pub problems: Vec<String>,
+}
+
+impl Report {
+    /// True when nothing is wrong.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// At most this many problems are listed (the first is what matters).
+const MAX_PROBLEMS: usize = 20;
+
+/// Verify the store at `paths` against the public key `key`.
+pub fn verify(paths: &StorePaths, key: &VerifyingKey) -> Result<Report, AuditError> {
+    let mut store = Store::open(paths, false)?;
+    store.snapshot(|s| check(s, key))
+}
+
+fn check(store: &Store, key: &VerifyingKey) -> Result<Report, AuditError> {
+    let records = store.raw_records()?;
+    let checkpoints = store.checkpoints()?;
+    let head = store.read_head()?;
+    let id = store.id().to_string();
+    let mut problems: Vec<(u64, String)> = vec![];
+    let mut push = |seq: u64, p: String| {
+        if problems.len() < MAX_PROBLEMS {
+            problems.push((seq, p));
+        }
+    };
+
+    // The chain: positions 1, 2, … with no gap, each linked to the one before, each hash the
+    // hash of its content, each indexed column equal to the body.
+    let mut prev = GENESIS.to_string();
+    let mut expected = 1u64;
+    let mut hashes: HashMap<u64, String> = HashMap::new();
+    let mut session_seq: HashMap<String, u64> = HashMap::new();
+    for r in &records {
+        if r.seq != expected {
+            push(
+                expected,
+                format!(
+                    "record {expected} is missing (the next stored record is {}): records were removed",
+                    r.seq
+                ),
+            );
+        }
+        if r.prev != prev {
+            push(
+                r.seq,
+                format!(
+                    "record {} does not follow the record before it (its link is {}…, the previous hash is {}…): a record was inserted, removed or moved here",
+                    r.seq,
+                    short(&r.prev),
+                    short(&prev)
+                ),
+            );
+        }
+        let h = record_hash(&id, r.seq, &r.prev, &r.body);
+        if h != r.hash {
+            push(
+                r.seq,
+                format!(
+                    "record {}: its content does not match its hash (edited)",
+                    r.seq
+                ),
+            );
+        }
+        match serde_json::from_str::<Event>(&r.body) {
+            Ok(ev) => {
+                if ev.seq != r.seq
+                    || ev.session != r.session
+                    || ev.session_seq != r.session_seq
+                    || ev.time != r.time
+                    || ev.kind.name() != r.kind
+                {
+                    push(
+                        r.seq,
+                        format!(
+                            "record {}: its indexed columns differ from its content (edited)",
+                            r.seq
+                        ),
+                    );
+                }
+                let last = session_seq.entry(ev.session.clone()).or_insert(0);
+                if ev.session_seq != *last + 1 {
+                    push(
+                        r.seq,
+                        format!(
+                            "record {}: session {} jumps from event {} to {}",
+                            r.seq, ev.session, last, ev.session_seq
+                        ),
+                    );
+                }
+                *last = ev.session_seq;
+            }
+            Err(e) => push(r.seq, format!("record {}: not a valid event: {e}", r.seq)),
+        }
+        hashes.insert(r.seq, r.hash.clone());
+        prev = r.hash.clone();
+        expected = r.seq + 1;
+    }
+    let last = records.last().map_or(0, |r| r.seq);
+
+    // Checkpoints: each signed by the key, each naming a record that is there with that hash.
+    for c in &checkpoints {
+        if !c.verifies(key) {
+            push(
+                c.seq,
+                format!("checkpoint at record {}: the signature does not verify with this key (forged or edited)", c.seq),
+            );
+        } else {
+            match hashes.get(&c.seq) {
+                Some(h) if *h == c.hash => {}
+                Some(_) => push(
+                    c.seq,
+                    format!("record {}: its hash differs from the one signed in the checkpoint (the chain was rewritten up to here)", c.seq),
+                ),
+                None => push(
+                    c.seq,
+                    format!("the signed checkpoint at record {} names a record the store no longer has (removed)", c.seq),
+                ),
+            }
+        }
+    }
+
+    // The head, kept outside the database: signed, and the database ends exactly there.
+    match &head {
+        None if !records.is_empty() => push(
+            1,
+            format!(
+                "the signed head {} is missing",
+                store.paths().head.display()
+            ),
+        ),
+        None => {}
+        Some(h) => {
+            if h.store_id != id {
+                push(h.seq, "the head belongs to another store".to_string());
+            } else if !h.verifies(key) {
+                push(
+                    h.seq,
+                    "the head's signature does not verify with this key (forged or edited)"
+                        .to_string(),
+                );
+            } else if h.seq > last {
+                push(
+                    last + 1,
+                    format!(
+                        "the store ends at record {last} but the signed head is at record {}: records {}..{} were cut off (the tail truncated, or the store replaced by an older copy)",
+                        h.seq,
+                        last + 1,
+                        h.seq
+                    ),
+                );
+            } else if hashes.get(&h.seq) != Some(&h.hash) {
+                push(
+                    h.seq,
+                    format!("record {}: its hash differs from the signed head's (the store was replaced or rewritten)", h.seq),
+                );
+            } else if h.seq < last {
+                push(
+                    h.seq + 1,
+                    format!(
+                        "records {}..{last} come after the signed head: nobody with the key wrote them (appended)",
+                        h.seq + 1
+                    ),
+                );
+            }
+        }
+    }
+    problems.sort_by_key(|(s, _)| *s);
+    Ok(Report {
+        records: records.len() as u64,
+        checkpoints: checkpoints.len() as u64,
+        head: head.map(|h| h.seq),
+        sessions: session_seq.len() as u64,
+        broken_at: problems.first().map(|(s, _)| *s),
+        problems: problems.into_iter().map(|(_, p)| p).collect(),
+    })
+}
+
+fn short(h: &str) -> &str {
+    h.get(..12).unwrap_or(h)
+}
