@@ -34,6 +34,8 @@ pub struct PolicyFile {
     pub limits: Option<LimitsSection>,
     /// What happens to requests that would need a human's answer.
     pub approvals: Option<ApprovalsSection>,
+    /// Where the audit trail is exported (besides the store, which is always written).
+    pub audit: Option<AuditSection>,
 }
 
 /// How much the sandbox may do to the project tree (side-effect levels READ / WRITE /
@@ -227,6 +229,18 @@ pub enum AskMode {
 pub struct ApprovalsSection {
     /// `ask` (interactive) or `deny` (unattended, e.g. CI).
     pub mode: Option<AskMode>,
+}
+
+/// `[audit]`: exporters. The host writes or connects there, outside the sandbox, so a project
+/// policy that sets or changes either needs `vetto trust` like any widening.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSection {
+    /// Append every event as JSON lines to this file (absolute path, `~/` allowed) or `-`
+    /// (stdout).
+    pub jsonl: Option<String>,
+    /// Send every event to this OpenTelemetry collector (OTLP/HTTP logs, `http://` URL).
+    pub otlp: Option<String>,
 }
 
 impl PolicyFile {

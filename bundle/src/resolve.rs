@@ -130,6 +130,10 @@ pub struct Policy {
     pub limits: Limits,
     /// Unattended or interactive.
     pub approvals: Sourced<AskMode>,
+    /// The audit JSONL destination (`-` is stdout).
+    pub audit_jsonl: Option<Sourced<String>>,
+    /// The audit OTLP/HTTP logs endpoint.
+    pub audit_otlp: Option<Sourced<String>>,
     /// Every policy file that contributed (they are protected inside the sandbox).
     pub files: Vec<PathBuf>,
 }
@@ -265,6 +269,8 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
             core_dumps: Sourced::new(false, &builtin),
         },
         approvals: Sourced::new(AskMode::Ask, &builtin),
+        audit_jsonl: None,
+        audit_otlp: None,
         files: vec![],
     };
     let builtin_section = SecretsSection {
@@ -409,6 +415,14 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         }
         if let Some(a) = f.approvals.as_ref().and_then(|a| a.mode) {
             p.approvals = Sourced::new(a, src);
+        }
+        if let Some(a) = &f.audit {
+            if let Some(j) = &a.jsonl {
+                p.audit_jsonl = Some(Sourced::new(j.clone(), src));
+            }
+            if let Some(o) = &a.otlp {
+                p.audit_otlp = Some(Sourced::new(o.clone(), src));
+            }
         }
     }
     Ok(p)
@@ -713,6 +727,14 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
     }
     if after.approvals.value > before.approvals.value {
         w.push("changes approvals.mode from deny to ask".into());
+    }
+    // The host writes the JSONL file and connects to the collector: where is the user's call.
+    let val = |v: &Option<Sourced<String>>| v.as_ref().map(|s| s.value.clone());
+    if val(&after.audit_jsonl) != val(&before.audit_jsonl) {
+        w.push("changes audit.jsonl (a file the host writes)".into());
+    }
+    if val(&after.audit_otlp) != val(&before.audit_otlp) {
+        w.push("changes audit.otlp (a collector the host connects to)".into());
     }
     w
 }

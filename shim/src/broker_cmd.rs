@@ -1,6 +1,12 @@
 //! `vetto __broker`: the sidecar's entry point (started by `sidecar::spawn`, never by hand).
 //! It takes its [`Launch`] (spec and listener kinds) from the environment and the listening
-//! sockets as fds 3…, and serves until the supervisor kills it.
+//! sockets as fds 3…, and serves until the supervisor stops it (SIGTERM; for `vetto-shim`,
+//! when the container's init exits).
+//!
+//! When the session is audited, every connection's event is appended to the audit store by a
+//! writer thread, in batches, as it ends. On SIGTERM the server stops, connections still open
+//! are recorded (as aborted), the writer drains, and the broker exits. If an event cannot be
+//! recorded the broker exits at once: it fails closed, and the sandbox's network goes with it.
 
 use std::net::TcpListener;
 use std::os::fd::FromRawFd;
@@ -8,17 +14,19 @@ use std::os::fd::FromRawFd;
 use anyhow::{bail, Context, Result};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::stat::{fstat, SFlag};
-use vetto_broker::server::serve;
+use vetto_broker::audit::{event::now_ms, Connection, EventKind, Recorder};
+use vetto_broker::error_chain;
+use vetto_broker::server::{serve_with_events, ConnEvent};
 
-use crate::sidecar::{Launch, SPEC_ENV, WATCH_ENV};
+use crate::sidecar::{BrokerAudit, Launch, SPEC_ENV, WATCH_ENV};
 
 fn fd_is_socket(fd: i32) -> bool {
     fstat(fd)
         .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFSOCK)
 }
 
-/// Exit the whole broker when `pid` (a `vetto-shim` container's init) exits: a thread blocks
-/// on a pidfd of it.
+/// Stop the broker (as SIGTERM does) when `pid` (a `vetto-shim` container's init) exits: a
+/// thread blocks on a pidfd of it.
 fn watch(pid: i32) -> Result<()> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
@@ -36,13 +44,18 @@ fn watch(pid: i32) -> Result<()> {
         };
         // SAFETY: one valid pollfd; -1 waits until the process exits.
         while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
-        std::process::exit(0);
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM);
     });
     Ok(())
 }
 
 /// Run the broker.
 pub fn run() -> Result<()> {
+    // The supervisor blocks the signals it reads from a signalfd, and a blocked mask survives
+    // exec: unblock them, or SIGTERM would never reach the handler below.
+    nix::sys::signal::SigSet::empty()
+        .thread_set_mask()
+        .context("broker: signal mask")?;
     let launch: Launch = serde_json::from_str(&std::env::var(SPEC_ENV).context("broker: no spec")?)
         .context("broker: bad spec")?;
     let mut listeners = vec![];
@@ -60,17 +73,69 @@ pub fn run() -> Result<()> {
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
-    if let Some(pid) = std::env::var(WATCH_ENV)
-        .ok()
-        .and_then(|p| p.parse::<i32>().ok())
-    {
-        watch(pid)?;
-    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ConnEvent>();
+    let writer = match launch.audit {
+        Some(a) => Some(writer(a, rx)?),
+        None => {
+            drop(rx);
+            None
+        }
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("broker: tokio runtime")?;
-    rt.block_on(serve(launch.spec, listeners))
-        .context("broker")?;
-    Ok(())
+    let served = rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("broker: SIGTERM handler")?;
+        // The watch thread raises SIGTERM: its handler must be in place first.
+        if let Some(pid) = std::env::var(WATCH_ENV)
+            .ok()
+            .and_then(|p| p.parse::<i32>().ok())
+        {
+            watch(pid)?;
+        }
+        tokio::select! {
+            r = serve_with_events(launch.spec, listeners, tx) => r.context("broker"),
+            _ = term.recv() => Ok(()),
+        }
+    });
+    // Dropping the runtime cancels every connection still open: each sends its event (as
+    // aborted), and with the last sender gone the writer drains and ends.
+    drop(rt);
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    served
+}
+
+/// Start the thread that appends connection events to the audit store. The store is opened
+/// here, before serving: a broker that cannot record does not relay.
+fn writer(
+    a: BrokerAudit,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<ConnEvent>,
+) -> Result<std::thread::JoinHandle<()>> {
+    let mut rec = Recorder::open(&a.config, &a.session).context("broker: audit")?;
+    Ok(std::thread::spawn(move || {
+        while let Some(first) = rx.blocking_recv() {
+            let mut batch = vec![first];
+            while batch.len() < 256 {
+                match rx.try_recv() {
+                    Ok(e) => batch.push(e),
+                    Err(_) => break,
+                }
+            }
+            let events = batch
+                .iter()
+                .map(|e| (now_ms(), EventKind::Connection(Connection::from(e))))
+                .collect();
+            if let Err(e) = rec.record_batch(events, false) {
+                eprintln!(
+                    "vetto: broker: a connection could not be recorded, so the broker stops (the sandbox's network goes with it): {}",
+                    error_chain(&e)
+                );
+                std::process::exit(1);
+            }
+        }
+    }))
 }

@@ -29,6 +29,9 @@ pub enum Command {
         /// The policy file.
         file: PathBuf,
     },
+    /// Read, check and export the audit trail.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Probe this machine and report which sandbox tier it supports.
     Doctor {
         /// Machine-readable output.
@@ -61,6 +64,89 @@ pub enum Command {
         #[arg(long, default_value = "man")]
         out: PathBuf,
     },
+}
+
+/// `vetto audit` subcommands. `--store` is the SQLite database (default:
+/// `$XDG_STATE_HOME/vetto/audit/audit.db`; `vetto-shim`'s is `/var/lib/vetto/audit/audit.db`).
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the whole chain, every signed checkpoint and the signed head; say where it
+    /// breaks. Exit 0 if intact, 1 if not.
+    Verify {
+        /// The store.
+        #[arg(long, value_name = "DB")]
+        store: Option<PathBuf>,
+        /// The key to verify with: the store's `audit.key`, or its public half `audit.pub`
+        /// (default: the one beside the store, else yours).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print events, oldest first.
+    Query {
+        /// The store.
+        #[arg(long, value_name = "DB")]
+        store: Option<PathBuf>,
+        /// Only events at or after this time (RFC 3339, or a duration back: 10m, 2h, 7d).
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// Only this session's.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Only this kind (session_start, session_end, connection, refusal, limit, approval_*).
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
+        /// One JSON object per line (the event, its `prev` and `hash`).
+        #[arg(long)]
+        json: bool,
+        /// At most this many.
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
+    },
+    /// List sessions: start, end, connections allowed and denied, command.
+    Sessions {
+        /// The store.
+        #[arg(long, value_name = "DB")]
+        store: Option<PathBuf>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send every event an OpenTelemetry collector has not acknowledged (exit 1 if some are
+    /// still pending).
+    Export {
+        /// The store.
+        #[arg(long, value_name = "DB")]
+        store: Option<PathBuf>,
+        /// The collector's OTLP/HTTP logs endpoint (`http://127.0.0.1:4318/v1/logs`).
+        #[arg(long, value_name = "URL")]
+        otlp: String,
+    },
+}
+
+/// Audit flags of `vetto run`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct AuditArgs {
+    /// Also append every audit event as JSON lines to FILE (`-`: stdout); overrides
+    /// `audit.jsonl`.
+    #[arg(long, value_name = "FILE")]
+    pub audit_jsonl: Option<String>,
+    /// Also send every audit event to an OpenTelemetry collector (OTLP/HTTP logs endpoint,
+    /// `http://…/v1/logs`); overrides `audit.otlp`.
+    #[arg(long, value_name = "URL")]
+    pub audit_otlp: Option<String>,
+    /// Write a JSON report of the session to FILE at exit.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Print a one-screen summary on stderr at exit: what was denied and why, bytes out per
+    /// destination.
+    #[arg(long)]
+    pub summary: bool,
+    /// Do not record this session in the audit store.
+    #[arg(long, conflicts_with_all = ["audit_jsonl", "audit_otlp", "report", "summary"])]
+    pub no_audit: bool,
 }
 
 /// Policy subcommands.
@@ -132,6 +218,8 @@ pub struct PolicyArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub audit: AuditArgs,
     /// Make git use ssh through the broker (`GIT_SSH_COMMAND` with `vetto connect`); the
     /// host:22 must still be on the allowlist.
     #[arg(long)]

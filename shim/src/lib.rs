@@ -3,6 +3,7 @@
 //! ([`oci`]). Both binaries are thin `main`s over this library; libcontainer is reached only
 //! through [`engine`], by `vetto run` ([`run`]) and by every `vetto-shim` command alike.
 
+pub mod audit;
 pub mod broker_cmd;
 pub mod cli;
 pub mod connect;

@@ -7,7 +7,7 @@ use clap::{CommandFactory, Parser};
 use tracing_subscriber::EnvFilter;
 
 use vetto::cli::{Cli, Command, PolicyCommand};
-use vetto::{broker_cmd, connect, doctor, policy_cmd, run};
+use vetto::{audit, broker_cmd, connect, doctor, policy_cmd, run};
 
 fn init_tracing(verbose: u8) {
     // libcontainer logs its own view of things vetto does differently (seccomp is applied by
@@ -44,6 +44,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Trust { file } => policy_cmd::trust(&file)?,
+        Command::Audit(c) => return audit::command(&c).map(ExitCode::from),
         Command::Doctor { json, no_selftest } => {
             let mut r = doctor::probe();
             if !no_selftest && r.tier == doctor::Tier::Full {

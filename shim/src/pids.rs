@@ -170,6 +170,14 @@ impl PidsCgroup {
             .context("joining the session's pids cgroup")
     }
 
+    /// How many times a fork was refused at the limit (`pids.events`' `max`), if readable.
+    pub fn refused_forks(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(self.dir.join("pids.events")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("max "))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
     /// Move the calling process back where it was.
     pub fn leave(&mut self) -> Result<()> {
         self.home_procs

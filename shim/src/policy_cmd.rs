@@ -7,7 +7,7 @@ use vetto_bundle::host::HostFacts;
 use vetto_bundle::policy::{
     EnvironmentSection, FilesystemSection, LimitsSection, NetworkMode, NetworkSection, PolicyFile,
 };
-use vetto_bundle::resolve::{self, Inputs, Layer, Policy, Source, TrustContext};
+use vetto_bundle::resolve::{self, Inputs, Layer, Policy, Source, Sourced, TrustContext};
 use vetto_bundle::secrets;
 use vetto_bundle::translate::{translate, Translation};
 use vetto_bundle::trust::TrustStore;
@@ -106,7 +106,7 @@ pub fn flag_layers(a: &PolicyArgs) -> Result<Vec<Layer>> {
             "allow" | "allowlist" => NetworkMode::Allowlist,
             "strict" => NetworkMode::Strict,
             other => {
-                anyhow::bail!("--net: unknown mode `{other}` (off, allow:HOSTS, strict:HOSTS)")
+                bail!("--net: unknown mode `{other}` (off, allow:HOSTS, strict:HOSTS)")
             }
         };
         let allow: Vec<String> = hosts
@@ -115,7 +115,7 @@ pub fn flag_layers(a: &PolicyArgs) -> Result<Vec<Layer>> {
             .map(str::to_string)
             .collect();
         if mode == NetworkMode::Off && !allow.is_empty() {
-            anyhow::bail!("--net off takes no hosts");
+            bail!("--net off takes no hosts");
         }
         let net = NetworkSection {
             mode: Some(mode),
@@ -185,6 +185,29 @@ pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
     )?)
 }
 
+/// The audit store's directory as a secret pattern, if it exists (`vetto run` makes it before
+/// planning, so it does). A project inside it is refused: the store cannot be hidden from a
+/// sandbox that is given its directory.
+fn audit_mask(project: &Path) -> Result<Option<Sourced<String>>> {
+    let Some(dir) = vetto_broker::audit::user_dir() else {
+        return Ok(None);
+    };
+    let Ok(dir) = dir.canonicalize() else {
+        return Ok(None);
+    };
+    if project.starts_with(&dir) {
+        anyhow::bail!(
+            "the project {} is inside vetto's audit store {}: the sandbox would reach the store and its key",
+            project.display(),
+            dir.display()
+        );
+    }
+    Ok(Some(Sourced {
+        value: dir.display().to_string(),
+        source: Source::Builtin("vetto audit store".into()),
+    }))
+}
+
 /// Facts, policy, secret scan and translation, for `explain` and `run`.
 pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation)> {
     let mut facts = HostFacts::gather(a.project.as_deref())?;
@@ -192,7 +215,10 @@ pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation
     facts.host_private.push(config_dir()?);
     let policy = resolve_policy(a, &facts)?;
     crate::netcheck::validate_network(&policy)?;
-    let patterns = policy.secret_patterns();
+    // vetto's audit store and its key: masked wherever a bind would show them.
+    let audit = audit_mask(&facts.project)?;
+    let mut patterns = policy.secret_patterns();
+    patterns.extend(audit.as_ref());
     let scan = secrets::scan_project(&patterns, &facts.home, &facts.project, true)?;
     for g in &scan.git_entries {
         facts

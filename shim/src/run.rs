@@ -1,6 +1,7 @@
 //! `vetto run`: policy → bundle → libcontainer → wait, from one single-threaded supervisor.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -8,9 +9,12 @@ use serde_json::Value;
 
 use vetto_hooks::process;
 
+use vetto_broker::audit::event::{EndReason, Engine, Limit};
+use vetto_broker::error_chain;
+
 use crate::cli::RunArgs;
 use crate::engine::{self, Common, CreateOptions, Mode};
-use crate::{policy_cmd, pty, session, sidecar, userns};
+use crate::{audit, policy_cmd, pty, session, sidecar, userns};
 
 /// Exit status when vetto itself could not set the sandbox up (as Docker and Podman do).
 pub const EXIT_SETUP: u8 = 125;
@@ -147,10 +151,45 @@ fn drain_once(from: RawFd, to: RawFd) -> bool {
 /// Run the command; returns its exit status.
 pub fn run(args: &RunArgs) -> Result<u8> {
     let mut ph = Phases::new();
-    let (facts, policy, t) = policy_cmd::build(&args.policy, "run")?;
+    // The audit store's directory and key exist before the sandbox is planned (so the plan
+    // masks them) and before anything runs (a session that cannot be recorded does not run).
+    let audit_dir = audit::prepare(&args.audit)?;
+    let (facts, policy, t) = match policy_cmd::build(&args.policy, "run") {
+        Ok(b) => b,
+        Err(e) => {
+            if let Some(dir) = &audit_dir {
+                let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+                if let Ok(cfg) = audit::run_config(dir, &args.audit, None, &home) {
+                    let reason = error_chain(e.as_ref());
+                    audit::refusal(
+                        &cfg,
+                        &session::new_id(),
+                        "policy",
+                        vec![reason],
+                        &args.command,
+                        Engine::Run,
+                    );
+                }
+            }
+            return Err(e);
+        }
+    };
     if facts.landlock_abi.is_none() {
         bail!("landlock: not available on this kernel, so the FULL tier cannot be established and the command does not run (see `vetto doctor`)");
     }
+    let audit_cfg = audit_dir
+        .as_deref()
+        .map(|d| audit::run_config(d, &args.audit, Some(&policy), &facts.home))
+        .transpose()?;
+    let audit_start = || {
+        audit::run_start(
+            &policy,
+            facts.landlock_abi,
+            &args.command,
+            &facts.project,
+            facts.uid,
+        )
+    };
     ph.mark("policy");
 
     let root = session::runtime_root(facts.uid)?;
@@ -276,10 +315,49 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         Ok(c) => c,
         Err(e) => {
             let msg = read_all_nonblocking(err_r.as_raw_fd());
-            if msg.is_empty() {
-                bail!("{e}");
+            let msg = match msg.is_empty() {
+                true => e.to_string(),
+                false => format!("{e}: {msg}"),
+            };
+            if let Some(cfg) = &audit_cfg {
+                if let Ok(live) = audit::begin(cfg, &sess.id, audit_start()) {
+                    live.end(
+                        None,
+                        None,
+                        EndReason::SetupFailure,
+                        Some(msg.clone()),
+                        args.audit.report.as_deref(),
+                        args.audit.summary,
+                    );
+                }
             }
-            bail!("{e}: {msg}");
+            bail!("{msg}");
+        }
+    };
+    // The record exists before the command runs; the store is opened only now, after every
+    // sandbox process was created, so none of them holds one of its descriptors.
+    let mut live = match &audit_cfg {
+        Some(cfg) => match audit::begin(cfg, &sess.id, audit_start()) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                let _ = container.delete(true);
+                return Err(e.context(
+                    "audit: the session cannot be recorded, so the command does not run",
+                ));
+            }
+        },
+        None => None,
+    };
+    let setup_failed = |live: Option<audit::Live>, what: &anyhow::Error| {
+        if let Some(l) = live {
+            l.end(
+                None,
+                None,
+                EndReason::SetupFailure,
+                Some(format!("{what:#}")),
+                args.audit.report.as_deref(),
+                args.audit.summary,
+            );
         }
     };
     let master = match &console {
@@ -290,6 +368,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             }
             Err(e) => {
                 let _ = container.delete(true);
+                setup_failed(live, &e);
                 return Err(e);
             }
         },
@@ -299,7 +378,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         Ok(p) => p,
         Err(e) => {
             let _ = container.delete(true);
-            return Err(e.into());
+            let e = anyhow::Error::from(e);
+            setup_failed(live, &e);
+            return Err(e);
         }
     };
     let _ = std::env::set_current_dir(&cwd);
@@ -313,12 +394,17 @@ pub fn run(args: &RunArgs) -> Result<u8> {
                     fds,
                     published,
                     sidecar::Lifetime::DieWithParent,
+                    audit_cfg.as_ref().map(|c| sidecar::BrokerAudit {
+                        config: c.clone(),
+                        session: sess.id.clone(),
+                    }),
                 )
             });
             match started {
                 Ok(child) => Some(child),
                 Err(e) => {
                     process::kill_and_reap(init_pid);
+                    setup_failed(live, &e);
                     return Err(e);
                 }
             }
@@ -345,7 +431,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // libcontainer's state lives in the session directory, removed below with it, so its
     // delete() (a cgroup manager round trip, ~2 ms) has nothing left to do.
     drop(container);
+    let refused_forks = pids_cg.as_ref().and_then(|c| c.refused_forks());
     drop(pids_cg);
+    // The broker records the connections still open, then exits: before the session's end.
     if let Some(b) = broker {
         sidecar::stop(b);
     }
@@ -364,6 +452,55 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     );
 
     let msg = read_all_nonblocking(err_r.as_raw_fd());
+    if let Some(l) = live.as_mut() {
+        if let (Some(n), Some(limit)) = (refused_forks.filter(|n| *n > 0), &policy.limits.processes)
+        {
+            l.limit(Limit {
+                limit: "processes".into(),
+                value: limit.value,
+                detail: format!("a fork was refused {n} time(s) at the limit"),
+            });
+        }
+        if matches!(status, Outcome::WallClock) {
+            l.limit(Limit {
+                limit: "wall_clock".into(),
+                value: t.plan.wall_clock_secs.unwrap_or(0),
+                detail: "the sandbox was killed".into(),
+            });
+        }
+    }
+    if let Some(l) = live {
+        let (status, signal, reason, control) = match &status {
+            Outcome::WallClock => (
+                Some(i32::from(EXIT_WALL_CLOCK)),
+                None,
+                EndReason::WallClock,
+                None,
+            ),
+            Outcome::Exited { code, .. } if !msg.is_empty() && *code != 126 && *code != 127 => (
+                Some(i32::from(EXIT_SETUP)),
+                None,
+                EndReason::SetupFailure,
+                Some(msg.clone()),
+            ),
+            Outcome::Exited { code, forwarded } if *code > 128 => {
+                let reason = match forwarded {
+                    true => EndReason::Killed,
+                    false => EndReason::Signal,
+                };
+                (Some(*code), Some(code - 128), reason, None)
+            }
+            Outcome::Exited { code, .. } => (Some(*code), None, EndReason::Exit, None),
+        };
+        l.end(
+            status,
+            signal,
+            reason,
+            control,
+            args.audit.report.as_deref(),
+            args.audit.summary,
+        );
+    }
     match status {
         Outcome::WallClock => {
             eprintln!(
@@ -372,7 +509,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             );
             Ok(EXIT_WALL_CLOCK)
         }
-        Outcome::Exited(code) => {
+        Outcome::Exited { code, .. } => {
             let code = code as u8;
             if !msg.is_empty() {
                 if code == 126 || code == 127 {
@@ -443,12 +580,18 @@ fn arm_setup_watchdog() {
 }
 
 enum Outcome {
-    Exited(i32),
+    /// The init exited with this status; `forwarded` when vetto had relayed a terminating
+    /// signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) to it.
+    Exited {
+        code: i32,
+        forwarded: bool,
+    },
     WallClock,
 }
 
 fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Instant>) -> Outcome {
     let mut stdin_open = master.is_some();
+    let mut forwarded = false;
     let mut master_open = master.is_some();
     loop {
         let mut fds = vec![libc::pollfd {
@@ -507,11 +650,12 @@ fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Inst
                             pty::copy_winsize(0, m);
                         }
                     }
-                    // SAFETY: forwarding a signal to the init we created; it relays it to the
-                    // command's process group.
-                    s => unsafe {
-                        libc::kill(init, s);
-                    },
+                    s => {
+                        forwarded = true;
+                        // SAFETY: forwarding a signal to the init we created; it relays it to
+                        // the command's process group.
+                        unsafe { libc::kill(init, s) };
+                    }
                 }
             }
         }
@@ -521,7 +665,7 @@ fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Inst
                 unsafe { libc::fcntl(m, libc::F_SETFL, libc::O_NONBLOCK) };
                 while drain_once(m, 1) {}
             }
-            return Outcome::Exited(code);
+            return Outcome::Exited { code, forwarded };
         }
     }
 }

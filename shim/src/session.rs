@@ -312,7 +312,7 @@ fn orphan_is_stale(dir: &Path) -> Result<bool> {
 }
 
 /// A fresh session id: `vetto-<pid>-<12 random hex digits>`.
-fn new_id() -> String {
+pub fn new_id() -> String {
     let mut rnd = [0u8; 6];
     // SAFETY: getrandom writes at most rnd.len() bytes into our buffer.
     let n = unsafe { libc::getrandom(rnd.as_mut_ptr().cast(), rnd.len(), 0) };

@@ -30,6 +30,19 @@ pub struct Launch {
     pub spec: BrokerSpec,
     /// What each inherited listening socket is, in fd order from 3.
     pub listeners: Vec<ListenerKind>,
+    /// Where the broker records each connection, if the session is audited.
+    pub audit: Option<BrokerAudit>,
+}
+
+/// The audit trail a broker writes its connections into: the store, and the session they
+/// belong to.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerAudit {
+    /// The store, key and JSONL sink (OTLP is exported by the supervisor or the shim).
+    pub config: vetto_broker::audit::AuditConfig,
+    /// The session id.
+    pub session: String,
 }
 
 /// A `SOCK_SEQPACKET` pair: (supervisor end, init end).
@@ -165,6 +178,7 @@ pub fn spawn(
     mut fds: Vec<OwnedFd>,
     published: Vec<(u16, OwnedFd)>,
     lifetime: Lifetime,
+    audit: Option<BrokerAudit>,
 ) -> Result<Child> {
     // fds 3…: the sandbox's listeners, the host side of each published port, and (with
     // publish) the sandbox's network namespace.
@@ -191,6 +205,7 @@ pub fn spawn(
     let launch = Launch {
         spec,
         listeners: kinds,
+        audit,
     };
     let launch = serde_json::to_string(&launch).context("network: broker spec")?;
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
@@ -254,8 +269,22 @@ pub fn spawn(
     Ok(child)
 }
 
-/// End the broker with the session.
+/// How long a broker has to record its last connections when the session ends.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// End the broker with the session: SIGTERM, so it records the connections still open (as
+/// aborted) and exits; SIGKILL if it has not within [`STOP_GRACE`].
 pub fn stop(mut child: Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_ok() {
+        let deadline = std::time::Instant::now() + STOP_GRACE;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -302,6 +331,10 @@ mod tests {
                 .unwrap(),
                 ListenerKind::Publish(8080),
             ],
+            audit: Some(BrokerAudit {
+                config: vetto_broker::audit::AuditConfig::in_dir(std::path::Path::new("/s")),
+                session: "abc".into(),
+            }),
         };
         assert_eq!(
             launch.listeners[2],

@@ -31,7 +31,7 @@ use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use event::{Event, EventKind};
+pub use event::{Connection, Event, EventKind};
 pub use jsonl::{Jsonl, JsonlTarget};
 pub use store::{Filter, Store, StorePaths, Stored};
 

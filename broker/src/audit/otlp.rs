@@ -27,9 +27,40 @@ pub struct Exported {
 }
 
 /// Send every record of `store` the collector at `url` has not acknowledged yet.
-pub fn export_pending(_store: &Store, url: &str) -> Result<Exported, OtlpError> {
+pub fn export_pending(_store: &Store, url: &str, _opts: &Options) -> Result<Exported, OtlpError> {
     Err(OtlpError::Url {
         url: url.to_string(),
         why: "not implemented yet".into(),
     })
+}
+
+/// Export options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The whole budget.
+    pub deadline: std::time::Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            deadline: std::time::Duration::from_secs(2),
+        }
+    }
+}
+
+/// Whether `url` is an endpoint this exporter can use.
+pub fn check_url(url: &str) -> Result<(), OtlpError> {
+    match url.starts_with("http://") {
+        true => Ok(()),
+        false => Err(OtlpError::Url {
+            url: url.to_string(),
+            why: "only http:// is supported".into(),
+        }),
+    }
+}
+
+/// Start `url`'s cursor at `seq` if it has none.
+pub fn start_cursor(_store: &Store, _url: &str, _seq: u64) -> Result<(), OtlpError> {
+    Ok(())
 }

@@ -90,6 +90,7 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
         fds,
         vec![],
         sidecar::Lifetime::Watch { pid: init_pid, log },
+        None,
     )
     .map_err(broker("starting the broker"))?;
     Ok(child.id() as i32)
