@@ -1,0 +1,365 @@
+//! The audit trail of `vetto run`, through the real binary: what a session records, one valid
+//! chain under concurrency, `vetto audit verify` finding tampering, exporters that refuse a
+//! symlink or a FIFO, and a store, key and exporter the sandbox cannot reach.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vetto_integration::{both, echo_server, err, out, Fixture};
+
+/// The fixture's audit store directory (HOME/.local/state/vetto/audit).
+fn audit_dir(f: &Fixture) -> PathBuf {
+    f.home.join(".local/state/vetto/audit")
+}
+
+/// `vetto audit query --json [args]`, one event per line.
+fn events(f: &Fixture, args: &[&str]) -> Vec<Value> {
+    let mut full = vec!["audit", "query", "--json"];
+    full.extend_from_slice(args);
+    let o = f.vetto(&full);
+    assert!(o.status.success(), "audit query: {}", err(&o));
+    out(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON event per line"))
+        .collect()
+}
+
+fn verify(f: &Fixture) -> (bool, String) {
+    let o = f.vetto(&["audit", "verify"]);
+    (o.status.success(), format!("{}{}", out(&o), err(&o)))
+}
+
+fn policy(f: &Fixture, name: &str, body: &str) -> String {
+    let p = f.root.join("outside").join(name);
+    std::fs::write(&p, body).expect("w");
+    f.own(&p);
+    p.display().to_string()
+}
+
+both!(a_session_records_start_and_end_with_what_ran, |f| {
+    let o = f.run_sh(&[], "exit 3");
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    let ev = events(f, &[]);
+    let kinds: Vec<&str> = ev
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["session_start", "session_end"], "{ev:?}");
+    let (start, end) = (&ev[0], &ev[1]);
+    assert_eq!(start["session"], end["session"]);
+    assert_eq!(
+        (start["session_seq"].as_u64(), end["session_seq"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(
+        start["argv"],
+        serde_json::json!(["/bin/sh", "-c", "exit 3"])
+    );
+    assert_eq!(start["uid"].as_u64(), Some(u64::from(f.uid)));
+    assert_eq!(start["engine"]["kind"], "run");
+    assert_eq!(start["tier"], "FULL");
+    assert!(
+        start["landlock_abi"].as_u64().is_some_and(|a| a >= 1),
+        "{start}"
+    );
+    assert_eq!(start["policy_digest"].as_str().map(str::len), Some(64));
+    assert_eq!(start["profile"], "default");
+    assert!(start["project"]
+        .as_str()
+        .is_some_and(|p| p.ends_with("/proj")));
+    assert_eq!(end["reason"], "exit");
+    assert_eq!(end["status"].as_i64(), Some(3));
+    assert!(start["time"]
+        .as_str()
+        .is_some_and(|t| t.ends_with('Z') && t.len() == 24));
+    assert_eq!(end["prev"], start["hash"], "the chain links the two");
+    let (ok, text) = verify(f);
+    assert!(ok, "{text}");
+    // The store and its key are the caller's, and private.
+    use std::os::unix::fs::MetadataExt;
+    for name in ["audit.db", "audit.key", "audit.db.head"] {
+        let m = std::fs::metadata(audit_dir(f).join(name)).expect(name);
+        assert_eq!((m.uid(), m.mode() & 0o077), (f.uid, 0), "{name}");
+    }
+});
+
+both!(twenty_concurrent_sessions_keep_one_valid_chain, |f| {
+    let children: Vec<Child> = (0..20)
+        .map(|i| {
+            f.run_command(&[], &["/bin/sh", "-c", &format!("echo {i}")], &f.base_env())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().expect("wait");
+        assert!(o.status.success(), "{}", err(&o));
+    }
+    let (ok, text) = verify(f);
+    assert!(ok, "{text}");
+    assert!(text.contains("40 records in 20 sessions"), "{text}");
+    let o = f.vetto(&["audit", "sessions", "--json"]);
+    let sessions: Vec<Value> = out(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(sessions.len(), 20);
+    for s in &sessions {
+        assert_eq!(s["events"].as_u64(), Some(2), "{s}");
+        assert_eq!(s["start"]["kind"], "session_start", "{s}");
+        assert_eq!(s["end"]["reason"], "exit", "{s}");
+    }
+    // Chain positions are 1..40 with no gap, each session's own numbering 1, 2.
+    let ev = events(f, &[]);
+    let seqs: Vec<u64> = ev.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(seqs, (1..=40).collect::<Vec<_>>());
+});
+
+both!(the_store_key_and_exporter_are_unreachable_inside, |f| {
+    // One session first, so the store, key and head exist.
+    assert!(f.run_sh(&[], "true").status.success());
+    let dir = audit_dir(f);
+    let state = f.home.join(".local/state");
+    let collector = echo_server("127.0.0.1:0");
+    let script = format!(
+        r#"d='{d}'
+ls -A "$d" 2>&1 | sed 's/^/LIST:/'
+for n in audit.db audit.key audit.db.head audit.db.lock audit.pub; do
+  if head -c1 "$d/$n" >/dev/null 2>&1; then echo "READ:$n"; fi
+  if : >>"$d/$n" 2>/dev/null; then echo "WROTE:$n"; fi
+done
+if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo CONNECTED; fi
+for p in /proc/[0-9]*; do ls -l "$p/fd" 2>/dev/null; done | grep -c audit | sed 's/^/FDS:/'
+echo done"#,
+        d = dir.display(),
+        port = collector.port()
+    );
+    // Even when the policy opens the state directory, the store's directory is masked.
+    let st = state.display().to_string();
+    let o = f.run_argv(&["--allow-read", &st], &["/bin/bash", "-c", &script]);
+    let text = out(&o);
+    assert!(text.ends_with("done\n"), "{text}{}", err(&o));
+    assert!(!text.contains("READ:"), "{text}");
+    assert!(!text.contains("WROTE:"), "{text}");
+    assert!(!text.contains("CONNECTED"), "{text}");
+    assert!(text.contains("FDS:0"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("LIST:audit")),
+        "the store's files are listed inside: {text}"
+    );
+    let (ok, text) = verify(f);
+    assert!(ok, "{text}");
+});
+
+both!(a_denied_connection_is_recorded_and_summarised, |f| {
+    let echo = echo_server("127.0.0.1:0");
+    let p = policy(
+        f,
+        "net.toml",
+        &format!(
+            "[network]\nmode = \"allowlist\"\nallow = [\"allowed.test.vetto\"]\nhost_ports = [{}]\n",
+            echo.port()
+        ),
+    );
+    let report = f.root.join("outside/report.json");
+    let rep = report.display().to_string();
+    let script = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{}; echo ping >&3; read -r l <&3; echo \"$l\"; exec 3>&-; curl -s -m 5 https://denied.test.vetto/ >/dev/null; echo after",
+        echo.port()
+    );
+    f.own(&f.root.join("outside"));
+    let o = f.run_argv(
+        &["--policy", &p, "--summary", "--report", &rep],
+        &["/bin/bash", "-c", &script],
+    );
+    assert_eq!(out(&o), "ping\nafter\n", "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains("denied:") && e.contains("denied.test.vetto:443  (not-allowlisted ×1)"),
+        "{e}"
+    );
+    let conns = events(f, &["--kind", "connection"]);
+    assert_eq!(conns.len(), 2, "{conns:?}");
+    let denied = conns
+        .iter()
+        .find(|c| c["decision"] == "deny")
+        .expect("a denied connection");
+    assert_eq!(denied["destination"], "denied.test.vetto:443");
+    assert_eq!(denied["reason"], "not-allowlisted");
+    assert!(denied["dialled"].is_null());
+    let allowed = conns
+        .iter()
+        .find(|c| c["decision"] == "allow")
+        .expect("the host-port connection");
+    assert_eq!(allowed["dialled"], format!("127.0.0.1:{}", echo.port()));
+    assert_eq!(allowed["bytes_up"].as_u64(), Some(5));
+    assert_eq!(allowed["bytes_down"].as_u64(), Some(5));
+    // Connections come between the session's start and end.
+    let all = events(f, &[]);
+    assert_eq!(
+        all.first().map(|e| e["kind"].clone()),
+        Some("session_start".into())
+    );
+    assert_eq!(
+        all.last().map(|e| e["kind"].clone()),
+        Some("session_end".into())
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+    assert_eq!(r["end"]["reason"], "exit");
+    let d = r["destinations"].as_array().expect("destinations");
+    assert!(
+        d.iter()
+            .any(|x| x["destination"] == "denied.test.vetto:443" && x["denied"] == 1),
+        "{r}"
+    );
+});
+
+both!(the_wall_clock_limit_is_recorded, |f| {
+    let o = f.run_argv(&["--wall-clock", "1s"], &["/bin/sleep", "30"]);
+    assert_eq!(o.status.code(), Some(124), "{}", err(&o));
+    let ev = events(f, &[]);
+    let limit = ev
+        .iter()
+        .find(|e| e["kind"] == "limit")
+        .expect("a limit event");
+    assert_eq!(limit["limit"], "wall_clock");
+    let end = ev.last().expect("end");
+    assert_eq!(end["reason"], "wall_clock");
+    assert_eq!(end["status"].as_i64(), Some(124));
+});
+
+both!(a_rejected_policy_leaves_a_refusal, |f| {
+    let p = policy(f, "bad.toml", "[filesystem]\nprojcet = \"write\"\n");
+    let o = f.run_sh(&["--policy", &p], "touch ran");
+    assert!(!o.status.success());
+    assert!(!f.proj.join("ran").exists());
+    let ev = events(f, &["--kind", "refusal"]);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0]["subject"], "policy");
+    let reason = ev[0]["reasons"][0].as_str().unwrap_or("");
+    assert!(reason.contains("projcet"), "{reason}");
+    assert!(err(&o).contains("projcet"));
+});
+
+both!(jsonl_export_and_its_refusals, |f| {
+    let outside = f.root.join("outside");
+    f.own(&outside);
+    let file = outside.join("audit.jsonl");
+    let o = f.run_sh(&["--audit-jsonl", &file.display().to_string()], "echo hi");
+    assert_eq!(out(&o), "hi\n", "{}", err(&o));
+    let lines: Vec<Value> = std::fs::read_to_string(&file)
+        .expect("jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(
+        lines,
+        events(f, &[]),
+        "the JSONL lines are the store's records"
+    );
+    // A symlink (even to a regular file) and a FIFO are refused, and the command does not run.
+    let link = outside.join("link.jsonl");
+    std::os::unix::fs::symlink(&file, &link).expect("symlink");
+    let fifo = outside.join("fifo.jsonl");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(st.success());
+    f.own(&outside);
+    for (p, why) in [(&link, "symbolic link"), (&fifo, "FIFO")] {
+        let started = Instant::now();
+        let o = f.run_sh(&["--audit-jsonl", &p.display().to_string()], "touch ran");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "it blocked on {}",
+            p.display()
+        );
+        assert!(!o.status.success(), "{}", p.display());
+        assert!(err(&o).contains(why), "{}: {}", p.display(), err(&o));
+        assert!(
+            !f.proj.join("ran").exists(),
+            "the command ran despite {}",
+            p.display()
+        );
+    }
+});
+
+/// Run SQL on the fixture's store (as root, the test's identity: the file stays the user's).
+fn tamper(f: &Fixture, sql: &str) {
+    let db = audit_dir(f).join("audit.db");
+    let st = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()"])
+        .arg(&db)
+        .arg(sql)
+        .status()
+        .expect("python3");
+    assert!(st.success(), "tampering failed: {sql}");
+}
+
+fn copy_store(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for n in ["audit.db", "audit.db-wal", "audit.db-shm", "audit.db.head"] {
+        if from.join(n).exists() {
+            std::fs::copy(from.join(n), to.join(n)).expect("copy");
+        }
+    }
+}
+
+both!(
+    verify_finds_tampering_and_a_broken_store_stops_new_sessions,
+    |f| {
+        for _ in 0..3 {
+            assert!(f.run_sh(&[], "true").status.success());
+        }
+        let dir = audit_dir(f);
+        let clean = f.root.join("clean");
+        copy_store(&dir, &clean);
+        let (ok, text) = verify(f);
+        assert!(ok, "{text}");
+        let restore = || {
+            for n in ["audit.db-wal", "audit.db-shm"] {
+                let _ = std::fs::remove_file(dir.join(n));
+            }
+            copy_store(&clean, &dir);
+            f.own(&dir);
+        };
+        let cases: [(&str, &str, &str); 3] = [
+            (
+                "UPDATE records SET body = replace(body, '\"exit\"', '\"killed\"') WHERE seq = 4",
+                "BROKEN at record 4",
+                "edited",
+            ),
+            (
+                "DELETE FROM records WHERE seq = 3",
+                "BROKEN at record 3",
+                "missing",
+            ),
+            (
+                "DELETE FROM records WHERE seq = 6; DELETE FROM checkpoints WHERE seq = 6",
+                "BROKEN at record 6",
+                "cut off",
+            ),
+        ];
+        for (sql, at, why) in cases {
+            restore();
+            tamper(f, sql);
+            let (ok, text) = verify(f);
+            assert!(!ok, "{sql}: {text}");
+            assert!(text.contains(at) && text.contains(why), "{sql}: {text}");
+        }
+        // The tail is cut: a new session refuses to write into the store, so it does not run.
+        let o = f.run_sh(&[], "touch ran");
+        assert!(!o.status.success());
+        assert!(err(&o).contains("audit store is broken"), "{}", err(&o));
+        assert!(!f.proj.join("ran").exists());
+        restore();
+        let (ok, text) = verify(f);
+        assert!(ok, "{text}");
+    }
+);
