@@ -957,6 +957,30 @@ mod tests {
     }
 
     #[test]
+    fn an_untrusted_project_policy_may_not_choose_the_audit_exporters() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let proj = dir.path().canonicalize().expect("c");
+        let f = proj.join("vetto.toml");
+        std::fs::write(
+            &f,
+            "[audit]\notlp = \"http://collector.example:4318/v1/logs\"\njsonl = \"/tmp/x.jsonl\"\n",
+        )
+        .expect("w");
+        let store = TrustStore::empty(dir.path().join("nowhere.json"));
+        let s = ctx_resolve(&proj, &f, &store)
+            .expect_err("widening refused")
+            .to_string();
+        assert!(s.contains("changes audit.otlp"), "{s}");
+        assert!(s.contains("changes audit.jsonl"), "{s}");
+        // Outside the project the file is the operator's: it may.
+        let other = tempfile::tempdir().expect("tmp");
+        let g = other.path().join("op-audit.toml");
+        std::fs::write(&g, "[audit]\njsonl = \"-\"\n").expect("w");
+        let p = ctx_resolve(&proj, &g, &store).expect("ok");
+        assert_eq!(p.audit_jsonl.map(|j| j.value).as_deref(), Some("-"));
+    }
+
+    #[test]
     fn policy_outside_project_may_widen() {
         let dir = tempfile::tempdir().expect("tmp");
         let proj = dir.path().join("p");
