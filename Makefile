@@ -52,6 +52,7 @@ demo: release
 	bash scripts/demo.sh $(RELEASE_BIN)
 
 bench: release
+	$(CARGO) build --release -p vetto-broker --example audit_bench
 	bash scripts/bench.sh $(RELEASE_BIN)
 
 man: build

@@ -13,7 +13,12 @@ use vetto_broker::audit::{key, verify, AuditConfig, JsonlTarget, Recorder, Store
 fn event(i: u64) -> EventKind {
     EventKind::Connection(Connection {
         decision: if i % 7 == 0 { "deny" } else { "allow" }.into(),
-        reason: if i % 7 == 0 { "not-allowlisted" } else { "closed" }.into(),
+        reason: if i % 7 == 0 {
+            "not-allowlisted"
+        } else {
+            "closed"
+        }
+        .into(),
         detail: None,
         listener: "http".into(),
         destination: Some(format!("host{}.example.com:443", i % 50)),
@@ -27,7 +32,11 @@ fn event(i: u64) -> EventKind {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let dir = std::path::PathBuf::from(args.next().ok_or("usage: audit_bench DIR [EVENTS]")?);
-    let n: u64 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(100_000);
+    let n: u64 = args
+        .next()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(100_000);
     let mut cfg = AuditConfig::in_dir(&dir);
     cfg.jsonl = Some(JsonlTarget::File(dir.join("audit.jsonl")));
 
@@ -36,7 +45,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let mut i = 0;
     while i < n {
-        let batch: Vec<_> = (i..(i + 256).min(n)).map(|j| (now_ms(), event(j))).collect();
+        let batch: Vec<_> = (i..(i + 256).min(n))
+            .map(|j| (now_ms(), event(j)))
+            .collect();
         i += batch.len() as u64;
         rec.record_batch(batch, false)?;
     }
@@ -59,7 +70,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|w| {
             let cfg = cfg.clone();
             std::thread::spawn(move || -> Result<(), String> {
-                let mut r = Recorder::open(&cfg, &format!("bench-w{w}")).map_err(|e| e.to_string())?;
+                let mut r =
+                    Recorder::open(&cfg, &format!("bench-w{w}")).map_err(|e| e.to_string())?;
                 for j in 0..per {
                     r.record_batch(vec![(now_ms(), event(j))], false)
                         .map_err(|e| e.to_string())?;
@@ -78,7 +90,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = verify::verify(&StorePaths::new(&cfg.store), &k)?;
     let vt = t.elapsed().as_secs_f64();
     if !report.ok() {
-        return Err(format!("the bench's own store does not verify: {:?}", report.problems).into());
+        return Err(format!(
+            "the bench's own store does not verify: {:?}",
+            report.problems
+        )
+        .into());
     }
     println!(
         "audit: {batched:.0} events/s batched (256/transaction, as the broker writes; goal >= 10000), \

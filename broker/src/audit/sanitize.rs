@@ -11,73 +11,99 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-/// (kind, pattern). Each pattern matches the whole secret to replace.
-const PATTERNS: &[(&str, &str)] = &[
+/// (kind, needles, pattern). Each pattern matches the whole secret to replace. A pattern is
+/// compiled (a regex: ~1 ms each, which every session would pay) only the first time one of
+/// its needles occurs in a text, case-insensitively; most texts contain none.
+const PATTERNS: &[(&str, &[&str], &str)] = &[
     // PEM private keys: the whole block, or its start when the block is cut.
     (
         "private-key",
+        &["private key-----"],
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)",
     ),
     // GitHub: classic and fine-grained tokens.
     (
         "github-token",
+        &["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"],
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})",
     ),
     // AWS access key ids, and secret keys named as such.
     (
         "aws-access-key-id",
+        &[
+            "akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa",
+        ],
         r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b",
     ),
     (
         "aws-secret-access-key",
+        &["aws_secret_access_key", "secretaccesskey"],
         r"(?i)(?:aws_secret_access_key|secretaccesskey)\s*[=:]\s*[A-Za-z0-9/+=]{40}",
     ),
     // Anthropic, then OpenAI (`sk-proj-…`, `sk-…`).
-    ("anthropic-key", r"\bsk-ant-[A-Za-z0-9_\-]{20,}"),
+    (
+        "anthropic-key",
+        &["sk-ant-"],
+        r"\bsk-ant-[A-Za-z0-9_\-]{20,}",
+    ),
     (
         "openai-key",
+        &["sk-"],
         r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",
     ),
     // Slack, Google API keys, npm and PyPI tokens.
-    ("slack-token", r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
-    ("google-api-key", r"\bAIza[0-9A-Za-z_\-]{35}"),
-    ("npm-token", r"\bnpm_[A-Za-z0-9]{36}"),
-    ("pypi-token", r"\bpypi-[A-Za-z0-9_\-]{50,}"),
+    ("slack-token", &["xox"], r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
+    ("google-api-key", &["aiza"], r"\bAIza[0-9A-Za-z_\-]{35}"),
+    ("npm-token", &["npm_"], r"\bnpm_[A-Za-z0-9]{36}"),
+    ("pypi-token", &["pypi-"], r"\bpypi-[A-Za-z0-9_\-]{50,}"),
     // `Authorization: Bearer …` and `token …` headers.
     (
         "bearer",
+        &["bearer", "token"],
         r"(?i)\b(?:bearer|token)\s+[A-Za-z0-9_\-\.=:/+]{16,}",
     ),
 ];
 
 /// `user:password@` in a URL: the password is replaced, the user kept.
-const URL_CREDENTIALS: &str = r"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@]*):[^@\s/]+@";
+const URL_CREDENTIALS: (&[&str], &str) =
+    (&["@"], r"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@]*):[^@\s/]+@");
 
-type Compiled = (Vec<(&'static str, Regex)>, Option<Regex>);
+/// Compiled on first use, one slot per pattern (`None` inside: it did not compile).
+fn compiled(i: usize) -> Option<&'static Regex> {
+    static RE: [OnceLock<Option<Regex>>; PATTERNS.len() + 1] =
+        [const { OnceLock::new() }; PATTERNS.len() + 1];
+    let src = match PATTERNS.get(i) {
+        Some((_, _, p)) => p,
+        None => URL_CREDENTIALS.1,
+    };
+    RE.get(i)?.get_or_init(|| Regex::new(src).ok()).as_ref()
+}
 
-fn compiled() -> &'static Compiled {
-    static RE: OnceLock<Compiled> = OnceLock::new();
-    RE.get_or_init(|| {
-        let list = PATTERNS
-            .iter()
-            .filter_map(|(k, p)| Regex::new(p).ok().map(|r| (*k, r)))
-            .collect();
-        (list, Regex::new(URL_CREDENTIALS).ok())
-    })
+fn has_needle(lower: &str, needles: &[&str]) -> bool {
+    needles.iter().any(|n| lower.contains(n))
 }
 
 /// `s` with every token-shaped value replaced.
 pub fn redact(s: &str) -> String {
-    let (list, url) = compiled();
-    let mut out = match url {
-        Some(url) => url.replace_all(s, "$1:[REDACTED:password]@").into_owned(),
-        None => s.to_string(),
-    };
-    for (kind, re) in list {
-        if re.is_match(&out) {
-            out = re
-                .replace_all(&out, format!("[REDACTED:{kind}]").as_str())
+    let lower = s.to_ascii_lowercase();
+    let mut out = s.to_string();
+    if has_needle(&lower, URL_CREDENTIALS.0) && lower.contains("://") {
+        if let Some(url) = compiled(PATTERNS.len()) {
+            out = url
+                .replace_all(&out, "$1:[REDACTED:password]@")
                 .into_owned();
+        }
+    }
+    for (i, (kind, needles, _)) in PATTERNS.iter().enumerate() {
+        if !has_needle(&lower, needles) {
+            continue;
+        }
+        if let Some(re) = compiled(i) {
+            if re.is_match(&out) {
+                out = re
+                    .replace_all(&out, format!("[REDACTED:{kind}]").as_str())
+                    .into_owned();
+            }
         }
     }
     out
@@ -89,8 +115,9 @@ mod tests {
 
     #[test]
     fn every_pattern_compiles() {
-        assert_eq!(compiled().0.len(), PATTERNS.len());
-        assert!(compiled().1.is_some());
+        for i in 0..=PATTERNS.len() {
+            assert!(compiled(i).is_some(), "pattern {i}");
+        }
     }
 
     #[test]

@@ -452,17 +452,17 @@ impl Store {
                 r.get(0)
             })
             .map_err(&e)?;
+        // The head and a checkpoint at the same place say the same thing: one signature.
+        let head = Checkpoint::sign(key, &self.store_id, seq, &prev, &now);
         if checkpoint || seq >= last_cp + CHECKPOINT_EVERY {
-            let cp = Checkpoint::sign(key, &self.store_id, seq, &prev, &now);
             tx.execute(
                 "INSERT OR REPLACE INTO checkpoints(seq, hash, time, signature) VALUES (?1, ?2, ?3, ?4)",
-                params![cp.seq, cp.hash, cp.time, cp.signature],
+                params![head.seq, head.hash, head.time, head.signature],
             )
             .map_err(&e)?;
         }
         // The new head is written before the commit and renamed into place after it: a crash
         // in between leaves the old head, which the database then no longer ends at (reported).
-        let head = Checkpoint::sign(key, &self.store_id, seq, &prev, &now);
         let tmp = write_head_tmp(&self.paths.head, &head)?;
         if let Err(x) = tx.commit() {
             let _ = std::fs::remove_file(&tmp);
