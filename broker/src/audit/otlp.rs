@@ -1589,7 +1589,7 @@ mod tests {
         let t = Instant::now();
         let out = export_pending(&store, &url, &opts(512, 500, 5)).unwrap();
         let took = t.elapsed();
-        assert!(took < Duration::from_millis(1500), "{took:?}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
         assert_eq!((out.sent, out.pending), (0, 12));
         assert!(out.stopped.is_some());
         assert_eq!(store.acked(&url).unwrap(), None);
