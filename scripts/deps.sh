@@ -7,6 +7,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
+# python3-venv: tests/otlp/setup.sh makes the OTLP receiver's venv (opentelemetry-proto from
+# PyPI; the venv's own pip comes from ensurepip, so python3-pip is not needed).
 apt-get install -y -q --no-install-recommends \
   build-essential pkg-config ca-certificates git util-linux procps iproute2 \
   python3 python3-venv \

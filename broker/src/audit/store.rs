@@ -641,6 +641,19 @@ impl Store {
             .map_err(sql(&self.paths.db, "writing the export cursor"))
     }
 
+    /// Give `destination` the cursor `seq` if it has none yet; returns whether it did. One
+    /// statement, so a cursor another writer set or moved meanwhile is never changed.
+    pub fn start_acked(&self, destination: &str, seq: u64) -> Result<bool, AuditError> {
+        self.conn
+            .execute(
+                "INSERT INTO exports(destination, acked) VALUES (?1, ?2)
+                 ON CONFLICT(destination) DO NOTHING",
+                params![destination, seq],
+            )
+            .map(|n| n == 1)
+            .map_err(sql(&self.paths.db, "writing the export cursor"))
+    }
+
     /// The last chain position, 0 when empty.
     pub fn last_seq(&self) -> Result<u64, AuditError> {
         self.conn
