@@ -31,14 +31,17 @@ install-docker-runtime: install
 	@if pidof dockerd >/dev/null; then kill -HUP $$(pidof dockerd) && echo "dockerd reloaded"; else echo "start dockerd to use it"; fi
 
 # Unit tests, then the end-to-end tests (they run the real binary, as root and as an
-# unprivileged user).
+# unprivileged user), then the OTLP export against a receiver on the official OTLP protobuf
+# definitions (tests/otlp/).
 test: build
 	set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee target/test.log; \
 	  cargo_rc=$$?; \
 	  bash tests/oci/e2e.sh $(SHIM_DEBUG) 2>&1 | tee -a target/test.log; \
 	  e2e_rc=$$?; \
+	  { bash tests/otlp/check.sh && bash tests/otlp/run.sh $(DEBUG_BIN); } 2>&1 | tee -a target/test.log; \
+	  otlp_rc=$$?; \
 	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log; \
-	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ]
+	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ]
 
 # vetto-shim driven by Podman, containerd and dockerd (root; also part of `make test`).
 e2e: build

@@ -12,8 +12,8 @@ use vetto_broker::audit::{key, verify, AuditConfig, JsonlTarget, Recorder, Store
 
 fn event(i: u64) -> EventKind {
     EventKind::Connection(Connection {
-        decision: if i % 7 == 0 { "deny" } else { "allow" }.into(),
-        reason: if i % 7 == 0 {
+        decision: if i.is_multiple_of(7) { "deny" } else { "allow" }.into(),
+        reason: if i.is_multiple_of(7) {
             "not-allowlisted"
         } else {
             "closed"

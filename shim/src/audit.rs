@@ -75,7 +75,7 @@ pub fn run_config(
         .clone()
         .or_else(|| from_policy(|p| &p.audit_otlp));
     if let Some(u) = &cfg.otlp {
-        otlp::check_url(u).map_err(|e| anyhow!("audit.otlp: {}", error_chain(&e)))?;
+        otlp::destination(u).map_err(|e| anyhow!("audit.otlp: {}", error_chain(&e)))?;
     }
     Ok(cfg)
 }
@@ -159,7 +159,13 @@ impl Live {
             ok = false;
         }
         if let Some(url) = self.rec.config().otlp.clone() {
-            match otlp::export_pending(self.rec.store(), &url, &otlp::Options::default()) {
+            // One attempt within the deadline: a collector that is down costs the session
+            // nothing more, and the next session (or `vetto audit export`) sends the backlog.
+            let opts = otlp::Options {
+                retries: 0,
+                ..otlp::Options::default()
+            };
+            match otlp::export_pending(self.rec.store(), &url, &opts) {
                 Ok(x) if x.pending > 0 => eprintln!(
                     "vetto: audit: the OTLP collector at {url} did not take {} event(s) yet; they wait in the store (`vetto audit export --otlp {url}` sends them)",
                     x.pending
