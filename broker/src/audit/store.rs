@@ -260,6 +260,15 @@ impl Store {
             .map_err(&e)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(&e)?;
+        // Every session opens and closes the store: closing the last connection would
+        // checkpoint the WAL into the database (two fsyncs) and delete it, and the next
+        // session's first commit would sync a new WAL header. The WAL stays; SQLite's
+        // automatic checkpoint (every 1000 pages) folds it in as it grows.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .map_err(&e)?;
         let _ = std::fs::set_permissions(&paths.db, std::fs::Permissions::from_mode(0o600));
         let mut store = Store {
             paths: paths.clone(),
