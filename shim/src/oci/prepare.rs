@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use libcontainer::oci_spec::runtime::{LinuxSeccomp, Spec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use vetto_bundle::container::{self, ContainerPlan, NO_POLICY, POLICY_ANNOTATION};
+use vetto_bundle::container::{self, ContainerPlan, OwnPlaces, NO_POLICY, POLICY_ANNOTATION};
 use vetto_bundle::translate::environment::{self, EnvOrigin, EnvVerdict};
 use vetto_hooks::apply::{Capabilities, Filter, Hardening, Network};
 use vetto_hooks::oci_seccomp;
@@ -495,7 +495,10 @@ pub fn prepare(
                 &policy,
                 sel,
                 &home_dir(),
-                &[root.to_path_buf()],
+                &OwnPlaces {
+                    state_roots: vec![root.to_path_buf()],
+                    ..OwnPlaces::default()
+                },
             )?)
         }
         None => None,
