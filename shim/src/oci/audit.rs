@@ -211,12 +211,13 @@ pub fn driver(
     let manager = annotations
         .and_then(|a| a.get("io.container.manager"))
         .and_then(Value::as_str);
-    let found = if any("io.kubernetes.cri-o.") {
+    // Podman also writes `io.kubernetes.cri-o.*` annotations: its own marks come first.
+    let found = if manager == Some("libpod") || any("io.podman.") {
+        Some("podman")
+    } else if manager == Some("cri-o") || any("io.kubernetes.cri-o.") {
         Some("cri-o")
     } else if any("io.kubernetes.cri.") {
         Some("containerd")
-    } else if manager == Some("libpod") || any("io.podman.") {
-        Some("podman")
     } else if any("com.docker.") {
         Some("docker")
     } else {
@@ -461,6 +462,13 @@ mod tests {
             Some("cri-o")
         );
         assert_eq!(d(&ann("com.docker.x", "y")).as_deref(), Some("docker"));
+        // What Podman 4 writes.
+        let mut podman = ann("io.container.manager", "libpod");
+        podman.insert(
+            "io.kubernetes.cri-o.TTY".into(),
+            Value::String("false".into()),
+        );
+        assert_eq!(d(&podman).as_deref(), Some("podman"));
         let none = serde_json::Map::new();
         assert_eq!(
             driver(
