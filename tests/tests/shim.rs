@@ -1166,3 +1166,31 @@ fn a_hardened_containers_connections_are_recorded_in_its_session() {
     );
     assert!(w.verify().status.success());
 }
+
+/// `[audit] jsonl`: every event of the container's session is also appended there, as the
+/// store holds it (the store is still written).
+#[test]
+fn the_jsonl_sink_gets_the_sessions_events() {
+    let Some(w) = World::new() else { return };
+    let jsonl = w.dir.path().join("events.jsonl");
+    std::fs::write(
+        w.config(),
+        format!(
+            "[audit]\nstore = {:?}\njsonl = {:?}\n",
+            w.store().display().to_string(),
+            jsonl.display().to_string()
+        ),
+    )
+    .expect("shim.toml");
+    w.script("true");
+    let o = w.run(&["--vetto-policy", "default"], "c-jsonl");
+    assert!(o.status.success(), "{}{}", err(&o), w.last_error());
+    let lines: Vec<Value> = std::fs::read_to_string(&jsonl)
+        .expect("jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let kinds: Vec<&str> = lines.iter().filter_map(|l| l["kind"].as_str()).collect();
+    assert_eq!(kinds, ["session_start", "session_end"], "{lines:?}");
+    assert_eq!(lines[0]["hash"], w.events("session_start")[0]["hash"]);
+}
