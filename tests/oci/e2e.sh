@@ -165,6 +165,13 @@ if "${PODMAN[@]}" run -d --name e2e-d --network none "${UL[@]}" --annotation dev
   expect podman_exec_is_hardened_too $'env=[]\ntoken=[]\netc=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
   out=$("${PODMAN[@]}" exec --privileged e2e-d true 2>&1)
   expect podman_privileged_exec_is_refused 'refused by vetto policy "default": a privileged process (capabilities' "$out"
+  out=$(audit_check '
+for e in ev:
+    if e["kind"] == "refusal" and e["subject"] == "exec" and e["engine"]["container"] == sys.argv[1]:
+        print("exec refused:", e["reasons"][0].split(" (")[0], "in", "the container session" if any(
+            x["kind"] == "session_start" and x["session"] == e["session"] for x in ev) else "?")' \
+    "$("${PODMAN[@]}" inspect -f '{{.Id}}' e2e-d 2>/dev/null)")
+  expect podman_privileged_exec_refusal_is_audited "exec refused: a privileged process in the container session" "$out"
   "${PODMAN[@]}" pause e2e-d >/dev/null 2>&1
   st=$("${PODMAN[@]}" inspect -f '{{.State.Status}}' e2e-d 2>&1)
   [ "$st" = paused ] && ok podman_pause || bad podman_pause "status: $st"
