@@ -388,7 +388,19 @@ fn kernel_fs_place(ty: &str) -> Option<&'static str> {
 /// Everything in the bundle that no policy allows. Paths are judged by what they resolve
 /// to on the host (symlinks, `..`), as libcontainer will resolve them.
 pub fn refusals(spec: &Value) -> Vec<String> {
-    refusals_for(spec, &[])
+    refusals_for(spec, &OwnPlaces::default())
+}
+
+/// The runtime's own places on this host, judged with the well-known ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnPlaces {
+    /// This runtime's state root(s) (wherever `--root` puts them): nothing in them, nor a
+    /// directory holding them, may be bound writable.
+    pub state_roots: Vec<PathBuf>,
+    /// Directories no container may see at all, with what each is (e.g. "the audit store"):
+    /// neither they, nor anything in them, nor a directory holding them may be bound, even
+    /// read-only.
+    pub sealed: Vec<(PathBuf, String)>,
 }
 
 /// Runtimes' state: a container's `state.json` names the pid that `exec` joins and `kill`
@@ -470,16 +482,17 @@ pub fn resolve_sources(spec: &Value) -> Vec<Option<ResolvedSource>> {
         .collect()
 }
 
-/// [`refusals`], with this runtime's own state root(s) judged like the well-known ones.
-pub fn refusals_for(spec: &Value, state_roots: &[PathBuf]) -> Vec<String> {
-    refusals_resolved(spec, state_roots, &resolve_sources(spec))
+/// [`refusals`], with this runtime's own places (state roots, sealed directories) judged
+/// like the well-known ones.
+pub fn refusals_for(spec: &Value, own: &OwnPlaces) -> Vec<String> {
+    refusals_resolved(spec, own, &resolve_sources(spec))
 }
 
 /// [`refusals_for`] on sources already resolved (index-aligned with `mounts`): the paths
 /// judged are the paths that are then mounted and checked by inode in the init.
 pub fn refusals_resolved(
     spec: &Value,
-    state_roots: &[PathBuf],
+    own: &OwnPlaces,
     resolved: &[Option<ResolvedSource>],
 ) -> Vec<String> {
     let mut out = vec![];
@@ -571,7 +584,23 @@ pub fn refusals_resolved(
     let (system, engine) = (resolve(SYSTEM_DIRS), resolve(ENGINE_STATE_DIRS));
     let inside = resolve(ENGINE_INSIDE_DIRS);
     let mut runtime = resolve(RUNTIME_STATE_DIRS);
-    runtime.extend(state_roots.iter().filter_map(|r| canonical_beyond(r).ok()));
+    runtime.extend(
+        own.state_roots
+            .iter()
+            .filter_map(|r| canonical_beyond(r).ok()),
+    );
+    // A sealed directory that cannot be resolved is judged as written (fail closed: its
+    // ancestors are still refused by name).
+    let sealed: Vec<(PathBuf, &str)> = own
+        .sealed
+        .iter()
+        .map(|(p, what)| {
+            (
+                canonical_beyond(p).unwrap_or_else(|_| p.clone()),
+                what.as_str(),
+            )
+        })
+        .collect();
     if let Some(p @ ("shared" | "rshared")) = spec
         .pointer("/linux/rootfsPropagation")
         .and_then(Value::as_str)
@@ -651,6 +680,22 @@ pub fn refusals_resolved(
                     "a bind of {shown} (at {dst}), which holds the container daemon socket {s}"
                 ));
             }
+        }
+        // Sealed (the audit store): not seen at all, read-only included.
+        for (d, what) in &sealed {
+            let how = if real == *d {
+                "is"
+            } else if real.starts_with(d) {
+                "is in"
+            } else if d.starts_with(&real) {
+                "holds"
+            } else {
+                continue;
+            };
+            out.push(format!(
+                "a bind of {shown} (at {dst}), which {how} {what} {} (no container may see it)",
+                d.display()
+            ));
         }
         if real == Path::new("/")
             || ["/proc", "/sys", "/dev", "/boot"]
@@ -736,14 +781,14 @@ fn mask_mount(inside: &Path, kind: MaskKind) -> Value {
 }
 
 /// Harden `spec` (the JSON of a bundle's `config.json`) in place with `policy`.
-/// `state_roots`: this runtime's own state root(s) (wherever `--root` puts them), judged
-/// like the runtimes' well-known ones.
+/// `own`: this runtime's own places (its state root(s), wherever `--root` puts them, judged
+/// like the runtimes' well-known ones; the directories no container may see).
 pub fn harden(
     spec: &mut Value,
     policy: &Policy,
     policy_name: &str,
     home: &Path,
-    state_roots: &[PathBuf],
+    own: &OwnPlaces,
 ) -> Result<ContainerPlan, ContainerError> {
     if !spec.is_object() {
         return Err(ContainerError::Malformed("not a JSON object".into()));
@@ -751,7 +796,7 @@ pub fn harden(
     // Every bind source resolved once: what is judged is what is written back, recorded by
     // inode, and checked again in the container's init after libcontainer mounted it.
     let resolved = resolve_sources(spec);
-    let reasons = refusals_resolved(spec, state_roots, &resolved);
+    let reasons = refusals_resolved(spec, own, &resolved);
     if !reasons.is_empty() {
         return Err(ContainerError::Refused {
             policy: policy_name.to_string(),
@@ -1068,8 +1113,14 @@ mod tests {
             "{all}"
         );
         let policy = resolve_host_policy("default").expect("policy");
-        let e = harden(&mut s, &policy, "default", Path::new("/nonexistent"), &[])
-            .expect_err("refused");
+        let e = harden(
+            &mut s,
+            &policy,
+            "default",
+            Path::new("/nonexistent"),
+            &OwnPlaces::default(),
+        )
+        .expect_err("refused");
         assert!(
             e.to_string()
                 .starts_with("refused by vetto policy \"default\": a privileged container"),
@@ -1258,7 +1309,14 @@ mod tests {
         ]));
         s["process"]["capabilities"]["bounding"] = json!(["CAP_CHOWN", "CAP_MKNOD"]);
         let policy = resolve_host_policy("default").expect("policy");
-        harden(&mut s, &policy, "default", Path::new("/nonexistent"), &[]).expect("harden");
+        harden(
+            &mut s,
+            &policy,
+            "default",
+            Path::new("/nonexistent"),
+            &OwnPlaces::default(),
+        )
+        .expect("harden");
         let mounts = s["mounts"].as_array().expect("mounts");
         assert!(
             !mounts
@@ -1319,7 +1377,7 @@ mod tests {
             &read_only,
             "read-only",
             Path::new("/nonexistent"),
-            &[],
+            &OwnPlaces::default(),
         )
         .expect("harden");
         let mounts = s["mounts"].as_array().expect("mounts");
@@ -1347,7 +1405,14 @@ mod tests {
         let nd = resolve_host_policy("default").expect("policy");
         let mut nd = nd;
         nd.project.value = ProjectAccess::WriteNoDelete;
-        let e = harden(&mut s, &nd, "nd", Path::new("/nonexistent"), &[]).expect_err("refused");
+        let e = harden(
+            &mut s,
+            &nd,
+            "nd",
+            Path::new("/nonexistent"),
+            &OwnPlaces::default(),
+        )
+        .expect_err("refused");
         assert!(
             e.to_string()
                 .contains("write-no-delete bind at /home/proj beneath the fully writable /home"),
@@ -1368,7 +1433,8 @@ mod tests {
             let mut s = base(json!([
                 {"destination": "/creds", "type": "bind", "source": src, "options": ["rbind", "ro"]}
             ]));
-            let e = harden(&mut s, &policy, "default", &home, &[]).expect_err("refused");
+            let e = harden(&mut s, &policy, "default", &home, &OwnPlaces::default())
+                .expect_err("refused");
             assert!(
                 e.to_string().contains(&format!(
                     "which is or lies in the secret {}",
@@ -1394,8 +1460,14 @@ mod tests {
             {"destination": "/b", "type": "bind", "source": root.join("shared"), "options": ["rbind", "rw"]}
         ]));
         let policy = resolve_host_policy("default").expect("policy");
-        let plan =
-            harden(&mut s, &policy, "default", Path::new("/nonexistent"), &[]).expect("harden");
+        let plan = harden(
+            &mut s,
+            &policy,
+            "default",
+            Path::new("/nonexistent"),
+            &OwnPlaces::default(),
+        )
+        .expect("harden");
         let masked: Vec<String> = plan
             .masks
             .iter()
@@ -1411,17 +1483,21 @@ mod tests {
         let own = tempfile::tempdir().expect("tmp");
         let own = own.path().canonicalize().expect("c");
         std::fs::create_dir_all(own.join(".vetto/victim")).expect("mk");
+        let roots = OwnPlaces {
+            state_roots: vec![own.clone()],
+            ..OwnPlaces::default()
+        };
         for src in [own.clone(), own.join(".vetto"), own.join(".vetto/victim")] {
             let s = base(json!([
                 {"destination": "/v", "type": "bind", "source": src, "options": ["rbind", "rw"]}
             ]));
-            let all = refusals_for(&s, std::slice::from_ref(&own)).join("\n");
+            let all = refusals_for(&s, &roots).join("\n");
             assert!(all.contains("runtime state"), "{}: {all}", src.display());
             // Read-only is not a way in for writes (it is the caller's choice to show it).
             let s = base(json!([
                 {"destination": "/v", "type": "bind", "source": src, "options": ["rbind", "ro"]}
             ]));
-            assert!(refusals_for(&s, std::slice::from_ref(&own)).is_empty());
+            assert!(refusals_for(&s, &roots).is_empty());
         }
         let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         for ok in [
@@ -1448,6 +1524,60 @@ mod tests {
         ] {
             assert!(!engine_artifact(Path::new(&bad)), "{bad}");
         }
+    }
+
+    /// The audit store's directory is sealed: no bind of it, of anything in it or of a
+    /// directory holding it, read-only included; what lies beside it is fine.
+    #[test]
+    fn sealed_directories_cannot_be_bound_at_all() {
+        let t = tempfile::tempdir().expect("tmp");
+        let t = t.path().canonicalize().expect("c");
+        let audit = t.join("lib/vetto/audit");
+        std::fs::create_dir_all(&audit).expect("mk");
+        std::fs::create_dir_all(t.join("lib/other")).expect("mk");
+        std::fs::write(audit.join("audit.key"), "k").expect("w");
+        // A link to the store is judged by where it leads.
+        std::os::unix::fs::symlink(&audit, t.join("link")).expect("ln");
+        let own = OwnPlaces {
+            sealed: vec![(audit.clone(), "the audit store".into())],
+            ..OwnPlaces::default()
+        };
+        for src in [
+            audit.clone(),
+            audit.join("audit.key"),
+            t.join("lib"),
+            t.join("lib/vetto"),
+            t.clone(),
+            t.join("link"),
+        ] {
+            for opts in [json!(["rbind", "rw"]), json!(["rbind", "ro"])] {
+                let s = base(json!([
+                    {"destination": "/x", "type": "bind", "source": src, "options": opts}
+                ]));
+                let all = refusals_for(&s, &own).join("\n");
+                assert!(
+                    all.contains(&format!(
+                        "the audit store {} (no container",
+                        audit.display()
+                    )),
+                    "{}: {all}",
+                    src.display()
+                );
+            }
+        }
+        let s = base(json!([
+            {"destination": "/x", "type": "bind", "source": t.join("lib/other"), "options": ["rbind", "ro"]}
+        ]));
+        assert!(refusals_for(&s, &own).is_empty());
+        // Not yet created: judged where it would be.
+        let later = OwnPlaces {
+            sealed: vec![(t.join("var/lib/vetto/audit"), "the audit store".into())],
+            ..OwnPlaces::default()
+        };
+        let s = base(json!([
+            {"destination": "/x", "type": "bind", "source": t.clone(), "options": ["rbind", "ro"]}
+        ]));
+        assert!(refusals_for(&s, &later).join("\n").contains("audit store"));
     }
 
     #[test]
@@ -1481,8 +1611,14 @@ mod tests {
             {"destination": "/ro", "type": "bind", "source": ws.path(), "options": ["rbind", "ro"]}
         ]));
         let policy = resolve_host_policy("default").expect("policy");
-        let plan =
-            harden(&mut s, &policy, "default", Path::new("/nonexistent"), &[]).expect("harden");
+        let plan = harden(
+            &mut s,
+            &policy,
+            "default",
+            Path::new("/nonexistent"),
+            &OwnPlaces::default(),
+        )
+        .expect("harden");
         assert_eq!(s["process"]["noNewPrivileges"], json!(true));
         let env = strs(s.pointer("/process/env"));
         assert!(env.contains(&"PATH=/bin".to_string()));
@@ -1535,8 +1671,14 @@ mod tests {
             {"destination": "/workspace", "type": "bind", "source": ws.path(), "options": ["rbind"]}
         ]));
         let policy = resolve_host_policy("read-only").expect("policy");
-        let plan =
-            harden(&mut s, &policy, "read-only", Path::new("/nonexistent"), &[]).expect("harden");
+        let plan = harden(
+            &mut s,
+            &policy,
+            "read-only",
+            Path::new("/nonexistent"),
+            &OwnPlaces::default(),
+        )
+        .expect("harden");
         assert!(!plan
             .landlock
             .rules

@@ -9,6 +9,10 @@
 # probe (tests/oci/probe.c) in a rootfs tarball, `podman import`ed, `podman save`d as a
 # docker-archive for containerd and dockerd.
 #
+# The runtime's audit store is a temporary one: shim.toml's [audit] store points into the
+# work directory. The daemons started here inherit $VETTO_SHIM_CONFIG; Podman's conmon starts
+# the runtime with an environment of its own, so Podman is given a wrapper that sets it.
+#
 # The last line has the shape of cargo's summary ("test result: ok. N passed; M failed") so
 # `make test` counts these tests with the others.
 set -uo pipefail
@@ -27,6 +31,25 @@ WORK=$(mktemp -d /tmp/vetto-e2e.XXXXXX)
 chmod 755 "$WORK"
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
+
+# --- the audit store ------------------------------------------------------------------------
+VETTO=$(dirname "$SHIM")/vetto
+AUDIT_STORE=$WORK/audit/audit.db
+printf '[audit]\nstore = "%s"\n' "$AUDIT_STORE" >"$WORK/shim.toml"
+export VETTO_SHIM_CONFIG=$WORK/shim.toml
+mkdir -p "$WORK/shimwrap"
+printf '#!/bin/sh\nVETTO_SHIM_CONFIG=%s exec %s "$@"\n' "$WORK/shim.toml" "$SHIM" >"$WORK/shimwrap/vetto-shim"
+chmod 755 "$WORK/shimwrap/vetto-shim"
+# audit_check PYTHON [ARGS...]: the store's records (JSON, one per line) on stdin of a
+# Python snippet that prints what it found.
+audit_check() {
+  local code=$1
+  shift
+  "$VETTO" audit query --store "$AUDIT_STORE" --json 2>&1 |
+    python3 -c "import json, sys
+ev = [json.loads(l) for l in sys.stdin if l.startswith('{')]
+$code" "$@"
+}
 pass=0
 fail=0
 failed=()
@@ -98,7 +121,7 @@ probe ptrace; grep Seccomp_filters /proc/self/status'
 
 # --- Podman --------------------------------------------------------------------------------
 PODMAN=(podman --root "$WORK/podman/root" --runroot "$WORK/podman/run" --storage-driver vfs
-  --runtime "$SHIM" --cgroup-manager cgroupfs --events-backend file --tmpdir "$WORK/podman/tmp")
+  --runtime "$WORK/shimwrap/vetto-shim" --cgroup-manager cgroupfs --events-backend file --tmpdir "$WORK/podman/tmp")
 if "${PODMAN[@]}" import "$WORK/rootfs.tar" localhost/vetto-e2e:latest >"$LOGS/podman-import" 2>&1 &&
   "${PODMAN[@]}" save --format docker-archive -o "$WORK/image.tar" localhost/vetto-e2e:latest >>"$LOGS/podman-import" 2>&1; then
   ok podman_import_and_save
@@ -142,6 +165,13 @@ if "${PODMAN[@]}" run -d --name e2e-d --network none "${UL[@]}" --annotation dev
   expect podman_exec_is_hardened_too $'env=[]\ntoken=[]\netc=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
   out=$("${PODMAN[@]}" exec --privileged e2e-d true 2>&1)
   expect podman_privileged_exec_is_refused 'refused by vetto policy "default": a privileged process (capabilities' "$out"
+  out=$(audit_check '
+for e in ev:
+    if e["kind"] == "refusal" and e["subject"] == "exec" and e["engine"]["container"] == sys.argv[1]:
+        print("exec refused:", e["reasons"][0].split(" (")[0], "in", "the container session" if any(
+            x["kind"] == "session_start" and x["session"] == e["session"] for x in ev) else "?")' \
+    "$("${PODMAN[@]}" inspect -f '{{.Id}}' e2e-d 2>/dev/null)")
+  expect podman_privileged_exec_refusal_is_audited "exec refused: a privileged process in the container session" "$out"
   "${PODMAN[@]}" pause e2e-d >/dev/null 2>&1
   st=$("${PODMAN[@]}" inspect -f '{{.State.Status}}' e2e-d 2>&1)
   [ "$st" = paused ] && ok podman_pause || bad podman_pause "status: $st"
@@ -160,6 +190,14 @@ fi
 
 out=$("${P[@]}" --annotation dev.vetto.policy=default --privileged localhost/vetto-e2e true 2>&1)
 expect podman_privileged_is_refused 'refused by vetto policy "default": a privileged container' "$out"
+# The refusal is in the runtime's audit store, with the reasons as shown, Podman named.
+out=$(audit_check '
+for e in ev:
+    if e["kind"] == "refusal" and e["subject"] == "bundle":
+        for r in e["reasons"]:
+            if "privileged" in r:
+                print("refused:", r.split(" (")[0], "by", e["engine"].get("driver"))')
+expect podman_refusal_is_audited "refused: a privileged container by podman" "$out"
 out=$("${PODMAN[@]}" run --rm --network host "${UL[@]}" --annotation dev.vetto.policy=default localhost/vetto-e2e true 2>&1)
 expect podman_host_network_is_refused "the host's network namespace" "$out"
 out=$("${P[@]}" --annotation dev.vetto.policy=default -v "$WORK/docker.sock:/var/run/docker.sock" localhost/vetto-e2e true 2>&1)
@@ -176,6 +214,20 @@ else
   bad podman_network_interfaces_are_refused "cannot create a test network namespace"
 fi
 ip netns del "$NETNS" 2>/dev/null
+# A hardened container is one session: start at create, end at delete, the store verifies.
+rm -f "$WORK/audit.cid"
+"${P[@]}" --cidfile "$WORK/audit.cid" --annotation dev.vetto.policy=default localhost/vetto-e2e true >"$LOGS/audit-run" 2>&1
+out=$(audit_check '
+cid = sys.argv[1]
+s = [e["session"] for e in ev if e["kind"] == "session_start" and e["engine"]["container"] == cid]
+for x in s:
+    print("kinds:", " ".join(e["kind"] for e in ev if e["session"] == x))
+    print("start:", [e for e in ev if e["session"] == x][0]["tier"], [e for e in ev if e["session"] == x][0]["engine"]["driver"])
+    print("end:", [e for e in ev if e["session"] == x][-1].get("reason"))' "$(cat "$WORK/audit.cid" 2>/dev/null)")
+expect podman_hardened_run_is_one_audited_session $'kinds: session_start session_end\nstart: shim podman\nend: deleted' "$out"
+out=$("$VETTO" audit verify --store "$AUDIT_STORE" 2>&1) && ok podman_audit_store_verifies \
+  || bad podman_audit_store_verifies "$out"
+
 out=$("${P[@]}" --annotation dev.vetto.policy=../etc/x localhost/vetto-e2e true 2>&1)
 expect podman_bad_policy_annotation_is_named 'dev.vetto.policy="../etc/x": not a profile' "$out"
 left=$(ls -A /run/vetto-shim/.vetto 2>/dev/null; ls -A "$WORK/podman/run" 2>/dev/null | grep -c vetto)
@@ -202,6 +254,13 @@ out=$("${PODMAN[@]}" --runtime-flag "vetto-policy-dir=$WORK" run --rm --network 
 expect podman_network_through_the_broker $'proxy=http://127.0.0.1:3128\nhello-through-the-broker\nother=refused\ndirect=refused' "$out"
 for _ in $(seq 1 50); do pgrep -f "vetto-shim __broker" >/dev/null || break; sleep 0.1; done
 refute podman_broker_ends_with_the_container "__broker" "$(pgrep -af 'vetto-shim __broker')"
+# The broker recorded both connections (allowed, refused) in the container's session.
+out=$(audit_check '
+starts = {e["session"] for e in ev if e["kind"] == "session_start"}
+for e in ev:
+    if e["kind"] == "connection" and e["session"] in starts and str(sys.argv[1]) in (e.get("destination") or ""):
+        print("connection:", e["decision"], e["destination"].split(":")[0])' "$NPORT")
+expect podman_broker_connections_are_audited $'connection: allow 127.0.0.2\nconnection: deny 127.0.0.3' "$out"
 # An exec gets the policy's variables too (the engine builds its process from its own spec).
 if "${PODMAN[@]}" --runtime-flag "vetto-policy-dir=$WORK" run -d --name e2e-net --network none "${UL[@]}" \
   --annotation "dev.vetto.policy=$WORK/net.toml" localhost/vetto-e2e sleep 300 >"$LOGS/net-d" 2>&1; then
@@ -222,6 +281,10 @@ grep -q "^$RL_USER:" /etc/subuid || usermod --add-subuids 300000-365535 --add-su
 RL=$WORK/rootless
 mkdir -p "$RL/bin" "$RL/run" "$RL/ws/.git/hooks"
 cp "$SHIM" "$RL/bin/vetto-shim"
+cp "$VETTO" "$RL/bin/vetto"
+# A rootless runtime keeps its audit store in the user's state directory: start afresh.
+RL_STATE=$(getent passwd "$RL_USER" | cut -d: -f6)/.local/state/vetto
+rm -rf "$RL_STATE"
 cp "$WORK/rootfs.tar" "$RL/rootfs.tar"
 echo 'API_KEY=hunter2' >"$RL/ws/.env"
 chown -R "$RL_USER" "$RL"
@@ -241,6 +304,14 @@ if as_rl "${RLP[@]}" import "$RL/rootfs.tar" localhost/vetto-e2e:latest >"$LOGS/
   out=$(as_rl "${RLP[@]}" run --rm --network none --annotation dev.vetto.policy=default -e GH_TOKEN=x \
     -v "$RL/ws:/workspace" localhost/vetto-e2e sh -c "$HARD_CHECK" 2>&1)
   expect rootless_podman_hardened_run $'env=[]\ntoken=[]\netc=denied\nworkspace=writable\nhooks=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
+  # Recorded in the user's store, with the user's uid on the host.
+  out=$(as_rl "$RL/bin/vetto" audit query --store "$RL_STATE/audit/audit.db" --json 2>&1 |
+    python3 -c 'import json, sys
+ev = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+for e in ev:
+    if e["kind"] == "session_start":
+        print("uid", e["uid"], "kinds:", " ".join(x["kind"] for x in ev if x["session"] == e["session"]))')
+  expect rootless_podman_hardened_run_is_audited "uid $(id -u "$RL_USER") kinds: session_start session_end" "$out"
   if as_rl "${RLP[@]}" run -d --name rl-d --network none --annotation dev.vetto.policy=default \
     localhost/vetto-e2e sleep 300 >"$LOGS/rl-d" 2>&1; then
     out=$(as_rl "${RLP[@]}" exec rl-d sh -c 'probe ptrace; echo x >/etc/x 2>/dev/null || echo etc=denied' 2>&1)
@@ -255,7 +326,7 @@ else
   bad rootless_podman_import "$(cat "$LOGS/rl-import")"
 fi
 pkill -KILL -u "$RL_USER" 2>/dev/null   # rootless Podman's pause process
-rm -rf "$RL" 2>/dev/null || true
+rm -rf "$RL" "$RL_STATE" 2>/dev/null || true
 
 # --- containerd ----------------------------------------------------------------------------
 # shellcheck source=tests/oci/containerd.sh
@@ -304,6 +375,11 @@ fi
 # The refusal reaches the user through containerd's reading of the runtime's JSON log.
 out=$("${R[@]}" --rm --privileged --label dev.vetto.policy=default "$img" c-priv true 2>&1)
 expect containerd_shows_the_runtime_error 'refused by vetto policy "default": a privileged container' "$out"
+out=$(audit_check '
+for e in ev:
+    if e["kind"] == "refusal" and e["engine"]["container"] == "c-priv":
+        print("refused by", e["engine"].get("driver"))')
+expect containerd_refusal_is_audited "refused by containerd" "$out"
 "${CTR[@]}" container delete c-priv >/dev/null 2>&1
 
 # --- dockerd -------------------------------------------------------------------------------
@@ -349,6 +425,12 @@ theirs=$("${DOCKER[@]}" run --rm --runtime runc --network none "$img" sh -c "$CA
 out=$("${DOCKER[@]}" run --rm --runtime vetto --network none -e GH_TOKEN=ghp_x -v "$ws:/workspace" "$img" sh -c "$HARD_CHECK" 2>&1)
 expect docker_hardened_run $'env=[]\ntoken=[]\netc=denied\nworkspace=writable\nhooks=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
 rm -f "$ws/out.txt"
+# dockerd (through containerd's `moby` namespace) is named as the driver; start and end.
+out=$(audit_check '
+for e in ev:
+    if e["kind"] == "session_start" and e["engine"].get("driver") == "docker":
+        print("docker:", " ".join(x["kind"] for x in ev if x["session"] == e["session"]))')
+expect docker_hardened_run_is_audited "docker: session_start session_end" "$out"
 
 if "${DOCKER[@]}" run -d --name d-d --runtime vetto --network none "$img" sleep 300 >"$LOGS/docker-d" 2>&1; then
   ok docker_run_detached

@@ -37,6 +37,13 @@ impl World {
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(ws.join(".git/hooks")).expect("ws");
         std::fs::write(ws.join(".env"), "API_KEY=hunter2\n").expect(".env");
+        // The host configuration: the audit store in the test's directory.
+        let store = dir.path().join("audit/audit.db");
+        std::fs::write(
+            dir.path().join("shim.toml"),
+            format!("[audit]\nstore = {:?}\n", store.display().to_string()),
+        )
+        .expect("shim.toml");
         let w = World { dir };
         let o = w.shim(&["spec", "--bundle", w.bundle().to_str().expect("utf8")]);
         assert!(o.status.success(), "spec: {}", err(&o));
@@ -53,6 +60,38 @@ impl World {
     }
     fn ws(&self) -> PathBuf {
         self.dir.path().join("ws")
+    }
+    /// The host configuration every command is given (`$VETTO_SHIM_CONFIG`).
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("shim.toml")
+    }
+    /// The audit store `shim.toml` names.
+    fn store(&self) -> PathBuf {
+        self.dir.path().join("audit/audit.db")
+    }
+    /// The store's records (as `vetto audit query --json` prints them), of one kind.
+    fn events(&self, kind: &str) -> Vec<Value> {
+        if !self.store().exists() {
+            return vec![];
+        }
+        let o = Command::new(vetto_bin())
+            .args(["audit", "query", "--json", "--kind", kind, "--store"])
+            .arg(self.store())
+            .output()
+            .expect("vetto audit query");
+        assert!(o.status.success(), "audit query: {}", err(&o));
+        out(&o)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON record"))
+            .collect()
+    }
+    /// `vetto audit verify` on the store.
+    fn verify(&self) -> Output {
+        Command::new(vetto_bin())
+            .args(["audit", "verify", "--store"])
+            .arg(self.store())
+            .output()
+            .expect("vetto audit verify")
     }
     fn edit(&self, f: impl FnOnce(&mut Value)) {
         let p = self.bundle().join("config.json");
@@ -99,8 +138,7 @@ impl World {
         ];
         full.extend_from_slice(args);
         let mut c = Command::new(shim_bin());
-        c.args(&full)
-            .env("VETTO_SHIM_CONFIG", self.dir.path().join("no-shim.toml"));
+        c.args(&full).env("VETTO_SHIM_CONFIG", self.config());
         c
     }
     fn run(&self, extra: &[&str], id: &str) -> Output {
@@ -664,10 +702,7 @@ fn rootless_run_as_nobody_with_a_hardened_rootless_bundle() {
                 "XDG_RUNTIME_DIR={}",
                 w.dir.path().join("run").display()
             ))
-            .arg(format!(
-                "VETTO_SHIM_CONFIG={}",
-                w.dir.path().join("none.toml").display()
-            ))
+            .arg(format!("VETTO_SHIM_CONFIG={}", w.config().display()))
             .arg(&bin)
             .args([
                 "--log",
@@ -713,6 +748,16 @@ fn rootless_run_as_nobody_with_a_hardened_rootless_bundle() {
         !w.dir.path().join("run/vetto-shim/rl1").exists(),
         "state left behind"
     );
+    // Recorded in the store shim.toml names, with the caller's uid on the host (not the
+    // namespace's 0), start and end in one session.
+    let starts = w.events("session_start");
+    let ends = w.events("session_end");
+    assert_eq!(starts.len(), 1, "{starts:?}");
+    assert_eq!(starts[0]["uid"], 65534, "{starts:?}");
+    assert_eq!(starts[0]["engine"]["container"], "rl1");
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    assert_eq!(ends[0]["session"], starts[0]["session"]);
+    assert_eq!(ends[0]["reason"], "exit");
     // Outside a user namespace an unprivileged caller is told what to do instead.
     let o = nobody(
         false,
@@ -737,7 +782,7 @@ fn the_runtime_binary_cannot_be_overwritten_through_proc_exe() {
         Command::new(&copy)
             .args(["--root", root.to_str().expect("utf8")])
             .args(args)
-            .env("VETTO_SHIM_CONFIG", w.dir.path().join("none.toml"))
+            .env("VETTO_SHIM_CONFIG", w.config())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status()
@@ -776,4 +821,376 @@ fn the_runtime_binary_cannot_be_overwritten_through_proc_exe() {
     }
     assert_eq!(w_fd, -1, "the runtime binary was opened for writing");
     assert_eq!(errno, Some(libc::EROFS));
+}
+
+/// The store's records of one session, in order.
+fn kinds_of(w: &World, session: &Value) -> Vec<String> {
+    let mut all: Vec<Value> = ["session_start", "session_end", "refusal", "connection"]
+        .iter()
+        .flat_map(|k| w.events(k))
+        .filter(|e| &e["session"] == session)
+        .collect();
+    all.sort_by_key(|e| e["seq"].as_u64());
+    all.iter()
+        .map(|e| e["kind"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// A hardened container is one session from create to delete: `session_start` when it is
+/// created (with its policy's digest, the bundle, the command, the caller), `session_end`
+/// once when it is deleted, both under the id vetto's record keeps; the store verifies; the
+/// same container id later is another session. `run` records the exit status it saw.
+#[test]
+fn a_hardened_container_is_one_audited_session_from_create_to_delete() {
+    let Some(w) = World::new() else { return };
+    w.script("echo started; sleep 300");
+    let b = w.bundle();
+    let create = |id: &str| {
+        w.shim_detached(&[
+            "--vetto-policy",
+            "default",
+            "create",
+            "--bundle",
+            b.to_str().expect("utf8"),
+            id,
+        ])
+    };
+    assert!(create("c-audit").success(), "create: {}", w.last_error());
+    let starts = w.events("session_start");
+    assert_eq!(starts.len(), 1, "{starts:?}");
+    let s = &starts[0];
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(w.root().join(".vetto/c-audit/vetto.json")).expect("record"),
+    )
+    .expect("json");
+    assert_eq!(s["session"], record["audit"]["id"], "{record}");
+    assert_eq!(s["session_seq"], 1);
+    assert_eq!(s["tier"], "shim");
+    assert_eq!(s["profile"], "default");
+    assert_eq!(s["engine"]["kind"], "shim");
+    assert_eq!(s["engine"]["container"], "c-audit");
+    assert_eq!(
+        s["argv"],
+        json!(["sh", "-c", "echo started; sleep 300"]),
+        "{s}"
+    );
+    assert_eq!(
+        s["project"],
+        b.canonicalize().expect("canon").display().to_string()
+    );
+    assert_eq!(s["uid"], 0);
+    assert!(
+        s["policy_digest"]
+            .as_str()
+            .is_some_and(|d| d.len() == 64 && d.bytes().all(|c| c.is_ascii_hexdigit())),
+        "{s}"
+    );
+    assert!(w.events("session_end").is_empty(), "ended before delete");
+    // The store's directory is private, its key too.
+    use std::os::unix::fs::MetadataExt;
+    let key = w.store().with_file_name("audit.key");
+    assert_eq!(std::fs::metadata(&key).expect("key").mode() & 0o777, 0o600);
+    let o = w.shim(&["start", "c-audit"]);
+    assert!(o.status.success(), "start: {}", err(&o));
+    let o = w.shim(&["kill", "c-audit", "KILL"]);
+    assert!(o.status.success(), "kill: {}", err(&o));
+    assert!(vetto_integration::eventually(5, || {
+        let o = w.shim(&["state", "c-audit"]);
+        serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|v| v["status"] == "stopped")
+    }));
+    let o = w.shim(&["delete", "c-audit"]);
+    assert!(o.status.success(), "delete: {}", err(&o));
+    assert!(w.nothing_left("c-audit"));
+    // Deleting again records nothing more.
+    assert!(w.shim(&["delete", "--force", "c-audit"]).status.success());
+    let ends = w.events("session_end");
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    assert_eq!(ends[0]["session"], s["session"]);
+    // The engine reaped the init; the SIGKILL it was sent is what is known.
+    assert_eq!(ends[0]["reason"], "killed", "{}", ends[0]);
+    assert_eq!(ends[0]["signal"], 9);
+    assert_eq!(ends[0]["status"], Value::Null);
+    assert_eq!(
+        kinds_of(&w, &s["session"]),
+        ["session_start", "session_end"]
+    );
+    let v = w.verify();
+    assert!(v.status.success(), "verify: {}{}", out(&v), err(&v));
+    assert!(out(&v).contains("verifies"), "{}", out(&v));
+
+    // The same container id again: another session. Deleted without a kill: "deleted".
+    assert!(create("c-audit").success(), "create: {}", w.last_error());
+    let o = w.shim(&["delete", "--force", "c-audit"]);
+    assert!(o.status.success(), "delete: {}", err(&o));
+    let starts = w.events("session_start");
+    let ends = w.events("session_end");
+    assert_eq!((starts.len(), ends.len()), (2, 2));
+    assert_ne!(starts[0]["session"], starts[1]["session"]);
+    assert_eq!(ends[1]["session"], starts[1]["session"]);
+    assert_eq!(ends[1]["reason"], "deleted");
+
+    // `run` waited for the init: its status is in the end.
+    w.script("exit 3");
+    let o = w.run(&["--vetto-policy", "default"], "c-run");
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    let ends = w.events("session_end");
+    let last = ends.last().expect("an end");
+    assert_eq!(
+        (last["reason"].clone(), last["status"].clone()),
+        (json!("exit"), json!(3))
+    );
+    assert_eq!(w.events("session_start").len(), 3);
+    assert_eq!(ends.len(), 3);
+    assert!(w.verify().status.success());
+
+    // A hardened container libcontainer could not create (its init's checks failed): a
+    // session that could not be set up, start and end.
+    w.edit(|v| v["process"]["args"] = json!([]));
+    let o = w.run(&["--vetto-policy", "default"], "c-setup");
+    assert!(!o.status.success());
+    assert!(w.nothing_left("c-setup"));
+    let ends = w.events("session_end");
+    let last = ends.last().expect("an end");
+    assert_eq!(last["reason"], "setup_failure", "{last}");
+    assert!(
+        last["control"]
+            .as_str()
+            .is_some_and(|c| c.contains("process.args is empty")),
+        "{last}"
+    );
+    assert_eq!(w.events("session_start").len(), 4);
+    assert!(w.verify().status.success());
+
+    // A plain container (no policy) is not a vetto session.
+    w.script("true");
+    w.edit(|v| v["annotations"] = json!({"dev.vetto.policy": "none"}));
+    let o = w.run(&[], "c-plain");
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(w.events("session_start").len(), 4);
+}
+
+/// A refused bundle leaves a `refusal` with the reasons as the user saw them.
+#[test]
+fn a_refused_bundle_is_recorded_with_its_reasons() {
+    let Some(w) = World::new() else { return };
+    w.edit(|v| {
+        v["process"]["capabilities"]["bounding"]
+            .as_array_mut()
+            .expect("caps")
+            .push(json!("CAP_SYS_ADMIN"));
+    });
+    w.script("true");
+    let o = w.run(&["--vetto-policy", "default"], "c-priv");
+    assert!(!o.status.success());
+    let shown = w.last_error();
+    assert!(shown.contains("a privileged container"), "{shown}");
+    assert!(w.nothing_left("c-priv"));
+    let r = w.events("refusal");
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["subject"], "bundle");
+    assert_eq!(r[0]["engine"]["container"], "c-priv");
+    assert_eq!(r[0]["argv"], json!(["sh", "-c", "true"]));
+    let reasons: Vec<&str> = r[0]["reasons"]
+        .as_array()
+        .expect("reasons")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|x| x.starts_with("a privileged container (capabilities CAP_SYS_ADMIN")),
+        "{reasons:?}"
+    );
+    // Each reason is what the user was shown.
+    assert!(
+        reasons.iter().all(|x| shown.contains(x)),
+        "{reasons:?} / {shown}"
+    );
+    // A policy the annotation may not choose is a refusal too: the message as printed.
+    w.edit(|v| v["annotations"] = json!({"dev.vetto.policy": "../etc/x"}));
+    let o = w.run(&[], "c-bad-pol");
+    assert!(!o.status.success());
+    let r = w.events("refusal");
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert_eq!(r[1]["reasons"], json!([w.last_error()]));
+    assert!(w.events("session_start").is_empty());
+    assert!(w.verify().status.success());
+}
+
+/// The audit store's directory is never reachable from a hardened container: a bind of it,
+/// of anything in it, or of a directory holding it is refused, read-only too, naming it.
+#[test]
+fn the_audit_store_cannot_be_bound_into_a_container() {
+    let Some(w) = World::new() else { return };
+    w.script("true");
+    let dir = w.store().parent().expect("dir").to_path_buf();
+    std::fs::create_dir_all(&dir).expect("mk");
+    let shown = dir.canonicalize().expect("canon");
+    for (i, src) in [
+        dir.clone(),
+        dir.join("audit.key"),
+        w.dir.path().to_path_buf(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if src.ends_with("audit.key") {
+            std::fs::write(&src, "x").ok();
+        }
+        w.edit(|v| {
+            v["mounts"].as_array_mut().expect("mounts").push(json!({
+                "destination": "/x", "type": "bind", "source": src, "options": ["rbind", "ro"]
+            }))
+        });
+        let id = format!("c-seal-{i}");
+        let o = w.run(&["--vetto-policy", "default"], &id);
+        assert!(!o.status.success(), "{}: {}", src.display(), out(&o));
+        let e = w.last_error();
+        assert!(
+            e.contains(&format!("the audit store {}", shown.display())),
+            "{}: {e}",
+            src.display()
+        );
+        assert!(w.nothing_left(&id));
+        w.edit(|v| {
+            v["mounts"]
+                .as_array_mut()
+                .expect("mounts")
+                .retain(|m| m["destination"] != json!("/x"))
+        });
+    }
+}
+
+/// A store that cannot be written: a hardened container is not created and nothing of it is
+/// left; a plain one is not a session and runs.
+#[test]
+fn an_unwritable_store_fails_create_closed() {
+    let Some(w) = World::new() else { return };
+    // The store's "directory" is a file: nothing can be created there.
+    let blocker = w.dir.path().join("blocker");
+    std::fs::write(&blocker, "not a directory").expect("w");
+    std::fs::write(
+        w.config(),
+        format!(
+            "[audit]\nstore = {:?}\n",
+            blocker.join("audit.db").display().to_string()
+        ),
+    )
+    .expect("shim.toml");
+    w.script("sleep 300");
+    let pidfile = w.dir.path().join("pid");
+    let b = w.bundle();
+    let st = w.shim_detached(&[
+        "--vetto-policy",
+        "default",
+        "create",
+        "--bundle",
+        b.to_str().expect("utf8"),
+        "--pid-file",
+        pidfile.to_str().expect("utf8"),
+        "c-nostore",
+    ]);
+    assert!(!st.success());
+    let e = w.last_error();
+    assert!(
+        e.contains("audit: the container cannot be recorded, so it is not created"),
+        "{e}"
+    );
+    assert!(w.nothing_left("c-nostore"));
+    // The init libcontainer had cloned is gone (or a zombie of whoever adopted it).
+    if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+        let pid = pid.trim().to_string();
+        assert!(vetto_integration::eventually(5, || {
+            let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            st.is_empty()
+                || st
+                    .rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().next())
+                    == Some("Z")
+        }));
+    }
+    assert!(!w.shim(&["state", "c-nostore"]).status.success());
+    // A plain container does not need the store.
+    w.script("echo plain");
+    let o = w.run(&[], "c-plain");
+    assert_eq!(out(&o), "plain\n", "{}", err(&o));
+    // A malformed [audit] table is named.
+    std::fs::write(w.config(), "[audit]\nstroe = \"/x\"\n").expect("shim.toml");
+    let o = w.run(&[], "c-plain2");
+    assert!(!o.status.success());
+    assert!(w.last_error().contains("stroe"), "{}", w.last_error());
+}
+
+/// The broker of a hardened container records each connection in the container's session,
+/// before the session's end.
+#[test]
+fn a_hardened_containers_connections_are_recorded_in_its_session() {
+    let Some(w) = World::new() else { return };
+    std::os::unix::fs::symlink("busybox", w.bundle().join("rootfs/bin/wget")).expect("applet");
+    let (srv, hits) = vetto_integration::http_server("127.0.0.2:0");
+    let port = srv.port();
+    let pol = w.dir.path().join("net.toml");
+    std::fs::write(
+        &pol,
+        format!("[network]\nmode = \"allowlist\"\nallow_cidrs = [\"127.0.0.2/32:{port}\"]\n"),
+    )
+    .expect("policy");
+    std::fs::set_permissions(&pol, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    w.script(&format!(
+        "wget -q -O- http://127.0.0.2:{port}/; echo; \
+         wget -q -O- http://127.0.0.3:{port}/ >/dev/null 2>&1 || echo other=refused"
+    ));
+    let o = w.run(&["--vetto-policy", pol.to_str().expect("utf8")], "c-net");
+    assert_eq!(
+        out(&o),
+        "hello\nother=refused\n",
+        "{}{}",
+        err(&o),
+        w.last_error()
+    );
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let conns = w.events("connection");
+    assert_eq!(conns.len(), 2, "{conns:?}");
+    let start = &w.events("session_start")[0];
+    assert!(conns.iter().all(|c| c["session"] == start["session"]));
+    assert!(conns.iter().any(|c| c["decision"] == "allow"
+        && c["destination"]
+            .as_str()
+            .is_some_and(|d| d.contains("127.0.0.2"))));
+    assert!(conns.iter().any(|c| c["decision"] != "allow"));
+    assert_eq!(
+        kinds_of(&w, &start["session"]),
+        ["session_start", "connection", "connection", "session_end"]
+    );
+    assert!(w.verify().status.success());
+}
+
+/// `[audit] jsonl`: every event of the container's session is also appended there, as the
+/// store holds it (the store is still written).
+#[test]
+fn the_jsonl_sink_gets_the_sessions_events() {
+    let Some(w) = World::new() else { return };
+    let jsonl = w.dir.path().join("events.jsonl");
+    std::fs::write(
+        w.config(),
+        format!(
+            "[audit]\nstore = {:?}\njsonl = {:?}\n",
+            w.store().display().to_string(),
+            jsonl.display().to_string()
+        ),
+    )
+    .expect("shim.toml");
+    w.script("true");
+    let o = w.run(&["--vetto-policy", "default"], "c-jsonl");
+    assert!(o.status.success(), "{}{}", err(&o), w.last_error());
+    let lines: Vec<Value> = std::fs::read_to_string(&jsonl)
+        .expect("jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let kinds: Vec<&str> = lines.iter().filter_map(|l| l["kind"].as_str()).collect();
+    assert_eq!(kinds, ["session_start", "session_end"], "{lines:?}");
+    assert_eq!(lines[0]["hash"], w.events("session_start")[0]["hash"]);
 }

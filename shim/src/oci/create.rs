@@ -1,14 +1,18 @@
 //! `create` (and `run` = create + start + wait): prepare the shadow bundle, create the
-//! container through the engine, record the init's identity, attach the network broker.
+//! container through the engine, record the init's identity, record the session's start
+//! (hardened containers), attach the network broker.
 
 use std::path::Path;
 
 use liboci_cli::GlobalOpts;
+use vetto_broker::audit::event::now_ms;
 
+use super::audit::{self, Ending};
 use super::log::Logger;
 use super::prepare::{self, shim_dir, ShimState};
 use super::{check_id, network, OciError};
 use crate::engine::{self, Common, CreateOptions, Mode, Sandbox};
+use crate::sidecar::BrokerAudit;
 
 /// Removes what a failed `create` left: libcontainer's state and the shadow bundle.
 pub(super) fn cleanup(root: &Path, id: &str) {
@@ -17,11 +21,31 @@ pub(super) fn cleanup(root: &Path, id: &str) {
     forget(root, id);
 }
 
-/// Removes vetto's part of a container: its broker and its record and shadow bundle.
-pub(super) fn forget(root: &Path, id: &str) {
+/// [`cleanup`] once `session_start` was recorded: the session ends as a setup failure.
+fn cleanup_started(root: &Path, id: &str, log: &Logger, why: &OciError) {
+    engine::remove_state(root, id);
+    let _ = std::fs::remove_dir_all(root.join(id));
+    finish(root, id, log, Ending::setup_failure(why));
+}
+
+/// Stops a container's broker, if it has one (it records the connections still open).
+pub(super) fn stop_broker(root: &Path, id: &str) {
     if let Some(pid) = ShimState::load(root, id).ok().and_then(|s| s.broker_pid) {
         network::stop(pid);
     }
+}
+
+/// Removes vetto's part of a container: its broker and its record and shadow bundle.
+pub(super) fn forget(root: &Path, id: &str) {
+    stop_broker(root, id);
+    let _ = std::fs::remove_dir_all(shim_dir(root, id));
+}
+
+/// [`forget`], recording the end of the container's session in between (after its broker's
+/// last connections; once, whoever calls it first).
+pub(super) fn finish(root: &Path, id: &str, log: &Logger, ending: Ending) {
+    stop_broker(root, id);
+    audit::end(root, id, log, ending);
     let _ = std::fs::remove_dir_all(shim_dir(root, id));
 }
 
@@ -56,6 +80,7 @@ pub(super) fn create(
         host_policy,
         a.policy_dir,
         a.cgroup_view,
+        log,
     )?;
     log.debug(&format!("create {id}: {}", prepared.summary));
     if prepared.state.restore_caps.is_some() {
@@ -79,18 +104,42 @@ pub(super) fn create(
         Ok(c) => c,
         Err(e) => {
             cleanup(root, id);
-            return Err(e.into());
+            let e = OciError::from(e);
+            if let Some((mut session, start)) = prepared.audit {
+                session.started_ms = now_ms();
+                audit::setup_failed(&session, start, id, &e, log);
+            }
+            return Err(e);
         }
     };
-    // The init's identity, for every later command to check what state.json says.
+    // The init's identity, for every later command to check what state.json says; the
+    // session, for `delete` and the broker to use the same id and store.
     let mut st = prepared.state.clone();
     st.init = c.pid().and_then(|p| {
         let start = u32::try_from(p).ok().and_then(crate::session::start_time)?;
         Some((p, start))
     });
+    let start = prepared.audit.map(|(mut session, start)| {
+        session.started_ms = now_ms();
+        st.audit = Some(session);
+        start
+    });
     if let Err(e) = st.save(root, id) {
         cleanup(root, id);
         return Err(e);
+    }
+    // The record exists before `create` reports success; the store is opened only now, after
+    // the container's init was cloned, so it never holds one of its descriptors.
+    if let (Some(s), Some(start)) = (&st.audit, start) {
+        if let Err(e) = audit::begin(s, start) {
+            cleanup(root, id);
+            return Err(OciError::Audit(e));
+        }
+        log.debug(&format!(
+            "audit: session {} in {}",
+            s.id,
+            s.config.store.display()
+        ));
     }
     if let Some(net) = prepared
         .state
@@ -98,22 +147,26 @@ pub(super) fn create(
         .as_ref()
         .and_then(|p| p.network.as_ref())
     {
+        let recorded = st.audit.as_ref().map(|s| BrokerAudit {
+            config: s.config.clone(),
+            session: s.id.clone(),
+        });
         let attached = c
             .pid()
             .ok_or_else(|| OciError::Config("network broker: the container has no init".into()))
-            .and_then(|pid| network::attach(pid, net, &prepared.dir));
+            .and_then(|pid| network::attach(pid, net, &prepared.dir, recorded));
         match attached {
             Ok(broker) => {
                 st.broker_pid = Some(broker);
                 if let Err(e) = st.save(root, id) {
                     network::stop(broker);
-                    cleanup(root, id);
+                    cleanup_started(root, id, log, &e);
                     return Err(e);
                 }
                 log.debug(&format!("network broker {broker} attached"));
             }
             Err(e) => {
-                cleanup(root, id);
+                cleanup_started(root, id, log, &e);
                 return Err(e);
             }
         }
@@ -145,23 +198,29 @@ pub(super) fn run(
         cgroup_view,
         policy_dir,
     };
+    let id = a.container_id.as_str();
     let mut c = create(g, root, host_policy, log, &args)?;
     let pid = match c.start() {
         Ok(pid) => pid,
         Err(e) => {
-            cleanup(root, &a.container_id);
-            return Err(e.into());
+            let e = OciError::from(e);
+            cleanup_started(root, id, log, &e);
+            return Err(e);
         }
     };
     if a.detach {
         return Ok(0);
     }
-    let code = vetto_hooks::process::wait(pid)
-        .and_then(|c| u8::try_from(c).ok())
-        .unwrap_or(255);
+    let status = vetto_hooks::process::wait(pid);
+    // This process saw the exit status: the session's end says so (after the broker's last
+    // connections), and a later `delete` records nothing more.
+    if let Some(code) = status {
+        stop_broker(root, id);
+        audit::end(root, id, log, Ending::exited(code));
+    }
     if !a.keep {
         let _ = c.delete(true);
-        forget(root, &a.container_id);
+        finish(root, id, log, Ending::deleted());
     }
-    Ok(code)
+    Ok(status.and_then(|c| u8::try_from(c).ok()).unwrap_or(255))
 }

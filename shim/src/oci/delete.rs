@@ -1,12 +1,13 @@
 //! `delete`: remove a container's state (with `--force`, kill what runs first), its broker
-//! and vetto's record.
+//! and vetto's record; a hardened container's session ends here (`session_end`, once).
 
 use std::path::Path;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::create::forget;
+use super::audit::Ending;
+use super::create::finish;
 use super::log::Logger;
 use super::prepare::ShimState;
 use super::{check_id, load, OciError};
@@ -16,9 +17,11 @@ pub(super) fn delete(root: &Path, log: &Logger, a: &liboci_cli::Delete) -> Resul
     match load(root, &a.container_id) {
         Ok(mut c) => {
             c.delete(a.force)?;
-            forget(root, &a.container_id);
+            finish(root, &a.container_id, log, Ending::deleted());
         }
-        Err(OciError::NotFound(_)) if a.force => forget(root, &a.container_id),
+        Err(OciError::NotFound(_)) if a.force => {
+            finish(root, &a.container_id, log, Ending::deleted())
+        }
         // The recorded init is gone (so is its PID namespace); the pid in the state is
         // someone else's: remove the state without signalling anyone.
         Err(e @ OciError::NotOurInit { .. }) if a.force => {
@@ -35,7 +38,7 @@ pub(super) fn delete(root: &Path, log: &Logger, a: &liboci_cli::Delete) -> Resul
                 }
             }
             let _ = std::fs::remove_dir_all(root.join(&a.container_id));
-            forget(root, &a.container_id);
+            finish(root, &a.container_id, log, Ending::deleted());
         }
         Err(e) => return Err(e),
     }

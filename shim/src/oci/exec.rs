@@ -1,12 +1,15 @@
 //! `exec`: a process joining a running container gets the same treatment as its init —
 //! privileged capabilities refused, the environment filtered, a `process.json` hardened like
 //! `config.json`'s process, and the same [`Hardening`](vetto_hooks::apply::Hardening) applied.
+//! A refused `exec` in an audited container is recorded (`refusal`, subject `exec`) in the
+//! container's session.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use vetto_hooks::apply::Capabilities;
 
+use super::audit;
 use super::log::Logger;
 use super::prepare::{self, shim_dir, ShimState};
 use super::{load, status_str, OciError};
@@ -39,12 +42,28 @@ pub(super) fn exec(root: &Path, log: &Logger, a: liboci_cli::Exec) -> Result<u8,
             vetto_bundle::container::PRIVILEGED_CAPS.contains(&c.as_str()) || c == "CAP_MKNOD"
         })
         .collect();
+    // A refusal is recorded in the container's session (best effort), then returned.
+    let refused = |e: OciError, argv: &[String]| -> OciError {
+        if let Some(s) = &shim.audit {
+            let reasons = audit::reasons(&e);
+            audit::refusal(
+                &s.config,
+                &s.id,
+                "exec",
+                reasons,
+                argv,
+                s.engine.clone(),
+                log,
+            );
+        }
+        e
+    };
     if let (Some(p), false) = (&shim.plan, asked.is_empty()) {
-        return Err(OciError::Config(format!(
-            "refused by vetto policy \"{}\": exec with capabilities {}",
-            p.policy,
-            asked.join(", ")
-        )));
+        let e = OciError::Container(vetto_bundle::container::ContainerError::Refused {
+            policy: p.policy.clone(),
+            reasons: vec![format!("exec with capabilities {}", asked.join(", "))],
+        });
+        return Err(refused(e, &a.command));
     }
     // Without --process, libcontainer gives the process the container's (shadow) sets, which
     // the hardening narrows back as for the init.
@@ -67,12 +86,24 @@ pub(super) fn exec(root: &Path, log: &Logger, a: liboci_cli::Exec) -> Result<u8,
         if let Some(plan) = &shim.plan {
             // The same treatment as the init: canonical and non-privileged capabilities,
             // no CAP_MKNOD, no_new_privs, the environment filtered and the policy's set.
-            vetto_bundle::container::harden_process(
+            let hardened = vetto_bundle::container::harden_process(
                 &mut v,
                 &plan.policy,
                 &plan.pass_through,
                 &plan.env_set,
-            )?;
+            );
+            if let Err(e) = hardened {
+                let argv: Vec<String> = v
+                    .get("args")
+                    .and_then(serde_json::Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                return Err(refused(e.into(), &argv));
+            }
         } else if shim.seccomp.is_some() {
             vetto_bundle::container::canonical_capabilities(&mut v)?;
             if let Some(t) = prepare::prepare_caps_for_seccomp(&mut v)? {

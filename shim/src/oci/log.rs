@@ -54,6 +54,13 @@ impl Logger {
         eprintln!("vetto-shim: {msg}");
     }
 
+    /// A warning (something failed that does not fail the command): to the log and to
+    /// stderr.
+    pub fn warn(&self, msg: &str) {
+        self.write("warning", msg);
+        eprintln!("vetto-shim: warning: {msg}");
+    }
+
     /// With `--debug` only.
     pub fn debug(&self, msg: &str) {
         if self.debug {

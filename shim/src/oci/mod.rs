@@ -15,9 +15,10 @@
 //! One file per command, as youki's `commands/`: [`create`] (and `run`), [`start`], [`exec`],
 //! [`kill`], [`delete`], [`state`] (and `list`), [`ps`], [`pause`] (and `resume`), [`spec`]
 //! (and `features`); [`reexec`] is the binary re-exec guard, [`prepare`] the shadow bundle and
-//! vetto's record, [`network`] the broker of a hardened container. Every one of them reaches
-//! libcontainer only through [`crate::engine`].
+//! vetto's record, [`network`] the broker of a hardened container, [`audit`] its audit
+//! trail. Every one of them reaches libcontainer only through [`crate::engine`].
 
+mod audit;
 mod create;
 mod delete;
 mod exec;
@@ -96,6 +97,10 @@ pub enum OciError {
     /// The engine (libcontainer) failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// A hardened container's audit record could not be written: a session that cannot be
+    /// recorded does not run, so the container is not created.
+    #[error("audit: the container cannot be recorded, so it is not created")]
+    Audit(#[source] vetto_broker::audit::AuditError),
     /// The pid in a container's state is not the init this runtime created (a tampered
     /// state file, or the pid was reused after the init exited).
     #[error("container \"{id}\": its state names pid {pid}, which is not the init this runtime created (pid {init}); refusing to act on it")]

@@ -6,9 +6,11 @@
 //! socket pair; the runtime then starts `vetto-shim __broker` with them, as a daemon in its
 //! own session that exits with the container's init. The proxy variables were put in the
 //! container's environment by the hardening. Dialing happens from the host's network
-//! namespace, after the broker's checks (see `broker/`).
+//! namespace, after the broker's checks (see `broker/`). In an audited container the broker
+//! records each connection in the container's session; it stops on SIGTERM (sent by its
+//! watch thread when the init exits, or by [`stop`]) after recording those still open.
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -42,7 +44,13 @@ fn child(netns: RawFd, net: &NetPlan, sock: RawFd) -> i32 {
 }
 
 /// Attach the broker to the container whose init is `init_pid`; returns the broker's pid.
-pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError> {
+/// `audit`: where it records connections (a hardened container's session).
+pub fn attach(
+    init_pid: i32,
+    net: &NetPlan,
+    dir: &Path,
+    audit: Option<sidecar::BrokerAudit>,
+) -> Result<i32, OciError> {
     let plan = net
         .broker
         .as_ref()
@@ -90,19 +98,51 @@ pub fn attach(init_pid: i32, net: &NetPlan, dir: &Path) -> Result<i32, OciError>
         fds,
         vec![],
         sidecar::Lifetime::Watch { pid: init_pid, log },
-        None,
+        audit,
     )
     .map_err(broker("starting the broker"))?;
     Ok(child.id() as i32)
 }
 
-/// Stops the broker recorded for a container (if that pid is still a broker).
+/// Stops the broker recorded for a container (if that pid is still a broker): SIGTERM, so it
+/// records the connections still open and exits, then SIGKILL if it has not within
+/// [`sidecar::STOP_GRACE`]. Signals go through a pidfd opened before the check, so a pid
+/// reused since is never signalled.
 pub fn stop(pid: i32) {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    if cmdline.split(|b| *b == 0).any(|a| a == b"__broker") {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return; // Gone (and reaped).
     }
+    // SAFETY: the descriptor was just created and is ours alone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if !cmdline.split(|b| *b == 0).any(|a| a == b"__broker") {
+        return; // Exited (a zombie has no command line), or not a broker.
+    }
+    let signal = |sig: i32| {
+        // SAFETY: pidfd_send_signal with our pidfd, a signal number, no siginfo, no flags.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        }
+    };
+    if signal(libc::SIGTERM) == 0 {
+        let mut p = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(sidecar::STOP_GRACE.as_millis()).unwrap_or(2000);
+        // SAFETY: one valid pollfd; a pidfd is readable once its process has exited.
+        if unsafe { libc::poll(&mut p, 1, ms) } == 1 {
+            return;
+        }
+    }
+    signal(libc::SIGKILL);
 }

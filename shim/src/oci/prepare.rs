@@ -13,12 +13,18 @@ use std::path::{Path, PathBuf};
 use libcontainer::oci_spec::runtime::{LinuxSeccomp, Spec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use vetto_bundle::container::{self, ContainerPlan, NO_POLICY, POLICY_ANNOTATION};
+use vetto_broker::audit::event::{Engine, SessionStart};
+use vetto_bundle::container::{
+    self, ContainerError, ContainerPlan, OwnPlaces, NO_POLICY, POLICY_ANNOTATION,
+};
+use vetto_bundle::resolve::Policy;
 use vetto_bundle::translate::environment::{self, EnvOrigin, EnvVerdict};
 use vetto_hooks::apply::{Capabilities, Filter, Hardening, Network};
 use vetto_hooks::oci_seccomp;
 use vetto_hooks::process::{self, CapSets};
 
+use super::audit::{self, AuditTable, Session};
+use super::log::Logger;
 use super::OciError;
 
 /// The host's defaults, `/etc/vetto/shim.toml` (or `$VETTO_SHIM_CONFIG`).
@@ -33,6 +39,9 @@ pub struct HostConfig {
     pub require_policy: bool,
     /// Where policy files named by an annotation must lie (default `/etc/vetto/policies`).
     pub policy_dir: Option<String>,
+    /// `[audit]`: where hardened containers are recorded.
+    #[serde(default)]
+    pub audit: AuditTable,
 }
 
 /// The host configuration file's path.
@@ -47,9 +56,15 @@ impl HostConfig {
     pub fn load() -> Result<HostConfig, OciError> {
         let path = host_config_path();
         match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str(&text).map_err(|e| {
-                OciError::Config(format!("{}: {}", path.display(), e.message().trim()))
-            }),
+            Ok(text) => {
+                let c: HostConfig = toml::from_str(&text).map_err(|e| {
+                    OciError::Config(format!("{}: {}", path.display(), e.message().trim()))
+                })?;
+                c.audit
+                    .check()
+                    .map_err(|e| OciError::Config(format!("{}: {e}", path.display())))?;
+                Ok(c)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HostConfig::default()),
             Err(e) => Err(OciError::Io {
                 what: "reading the host configuration",
@@ -83,6 +98,9 @@ pub struct ShimState {
     /// later command reads back as the container's pid must still be that process.
     #[serde(default)]
     pub init: Option<(i32, u64)>,
+    /// The audit session of a hardened container (set once `session_start` is recorded).
+    #[serde(default)]
+    pub audit: Option<Session>,
 }
 
 /// A state file this runtime reads back must be what it wrote: a regular file (not a symlink)
@@ -436,6 +454,9 @@ pub struct Prepared {
     pub hardening: Hardening,
     /// The policy applied (for the log).
     pub summary: String,
+    /// A hardened, audited container: its session (to be kept in the record) and the
+    /// `session_start` to record once libcontainer has created it.
+    pub audit: Option<(Session, SessionStart)>,
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), OciError> {
@@ -454,7 +475,36 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), OciError> {
     f.write_all(bytes).map_err(io)
 }
 
-/// Reads and hardens the caller's bundle, writes the shadow bundle.
+/// Which policy applies and the bundle hardened with it: every error here is the bundle or
+/// its policy refused (but a failed secret scan).
+fn choose_and_harden(
+    spec: &mut Value,
+    host: &HostConfig,
+    runtime_policy: Option<&str>,
+    policy_dir: &Path,
+    own: &OwnPlaces,
+) -> Result<Option<(ContainerPlan, Policy)>, OciError> {
+    let selector = select_policy(
+        spec.get("annotations").and_then(Value::as_object),
+        host,
+        runtime_policy,
+        policy_dir,
+    )?;
+    let Some(sel) = selector else {
+        return Ok(None);
+    };
+    let policy = container::resolve_host_policy(&sel)?;
+    let plan = container::harden(spec, &policy, &sel, &home_dir(), own)?;
+    Ok(Some((plan, policy)))
+}
+
+/// Is this error of [`choose_and_harden`] a refusal (recorded as one)?
+fn is_refusal(e: &OciError) -> bool {
+    !matches!(e, OciError::Container(ContainerError::Translate(_)))
+}
+
+/// Reads and hardens the caller's bundle, writes the shadow bundle. A refused bundle is
+/// recorded as a `refusal` (best effort) before the error is returned.
 pub fn prepare(
     id: &str,
     bundle: &Path,
@@ -462,6 +512,7 @@ pub fn prepare(
     runtime_policy: Option<&str>,
     policy_dir: Option<&Path>,
     cgroup_view: bool,
+    log: &Logger,
 ) -> Result<Prepared, OciError> {
     let bundle = bundle.canonicalize().map_err(|source| OciError::Io {
         what: "opening the bundle",
@@ -479,25 +530,84 @@ pub fn prepare(
         .map(Path::to_path_buf)
         .or_else(|| host.policy_dir.as_ref().map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(DEFAULT_POLICY_DIR));
-    let selector = select_policy(
-        spec.get("annotations").and_then(Value::as_object),
-        &host,
-        runtime_policy,
-        &dir,
-    )?;
-    let mut network_mode = String::new();
-    let plan = match &selector {
-        Some(sel) => {
-            let policy = container::resolve_host_policy(sel)?;
-            network_mode = policy.network.value.to_string();
-            Some(container::harden(
-                &mut spec,
-                &policy,
-                sel,
-                &home_dir(),
-                &[root.to_path_buf()],
-            )?)
+    let rootless = super::rootless();
+    // The audit store's directory: no hardened container may see it (enabled or not).
+    let sealed = host
+        .audit
+        .store_path(rootless)
+        .and_then(|s| s.parent().map(Path::to_path_buf))
+        .map(|d| (d, "the audit store".to_string()));
+    let own = OwnPlaces {
+        state_roots: vec![root.to_path_buf()],
+        sealed: sealed.into_iter().collect(),
+    };
+    let argv: Vec<String> = spec
+        .pointer("/process/args")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let engine = Engine::Shim {
+        container: id.to_string(),
+        driver: audit::driver(spec.get("annotations").and_then(Value::as_object), &bundle),
+    };
+    let session = crate::session::new_id();
+    let (plan, policy) = match choose_and_harden(&mut spec, &host, runtime_policy, &dir, &own) {
+        Ok(Some((plan, policy))) => (Some(plan), Some(policy)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            if is_refusal(&e) {
+                match host.audit.config(rootless) {
+                    Ok(Some(cfg)) => audit::refusal(
+                        &cfg,
+                        &session,
+                        "bundle",
+                        audit::reasons(&e),
+                        &argv,
+                        engine,
+                        log,
+                    ),
+                    Ok(None) => {}
+                    Err(why) => log.warn(&format!(
+                        "the refusal could not be recorded: {}",
+                        vetto_broker::error_chain(&why)
+                    )),
+                }
+            }
+            return Err(e);
         }
+    };
+    let network_mode = policy
+        .as_ref()
+        .map(|p| p.network.value.to_string())
+        .unwrap_or_default();
+    // A hardened container is a session: it is not created unless it can be recorded.
+    let audit = match &policy {
+        Some(policy) => host.audit.config(rootless)?.map(|config| {
+            let start = SessionStart {
+                policy_digest: crate::audit::policy_digest(policy),
+                profile: policy.profile.clone(),
+                layers: crate::audit::layers(policy),
+                tier: "shim".into(),
+                landlock_abi: vetto_hooks::landlock::abi_version(),
+                argv: argv.clone(),
+                project: bundle.display().to_string(),
+                uid: audit::host_uid(),
+                engine: engine.clone(),
+            };
+            let s = Session {
+                id: session.clone(),
+                config,
+                started_ms: 0,
+                engine: engine.clone(),
+                argv: argv.clone(),
+                killed: false,
+            };
+            (s, start)
+        }),
         None => None,
     };
 
@@ -562,6 +672,7 @@ pub fn prepare(
         network_mode,
         broker_pid: None,
         init: None,
+        audit: None,
     };
     let hardening = state.hardening()?;
     let summary = match &state.plan {
@@ -608,6 +719,7 @@ pub fn prepare(
         state,
         hardening,
         summary,
+        audit,
     })
 }
 
@@ -671,6 +783,7 @@ mod tests {
             default_policy: Some("read-only".into()),
             require_policy: true,
             policy_dir: None,
+            audit: AuditTable::default(),
         };
         assert!(select_policy(Some(&ann("default")), &required, None, dir).is_err());
         assert_eq!(
@@ -681,6 +794,7 @@ mod tests {
             default_policy: None,
             require_policy: true,
             policy_dir: None,
+            audit: AuditTable::default(),
         };
         let e = select_policy(None, &bare, None, dir).expect_err("no policy");
         assert!(e.to_string().contains("requires a policy"), "{e}");
