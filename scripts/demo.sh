@@ -29,3 +29,8 @@ echo "== vetto run -- bash -c '...'   (default policy: project writable, secrets
   echo "capabilities:    $(grep CapEff /proc/self/status)"
 '
 echo "exit status: $?"
+echo
+echo "== the audit trail (outside the sandbox: $HOME/.local/state/vetto/audit)"
+"$VETTO" run --summary --net allow:example.com -- sh -c 'curl -s -m 5 https://not-allowed.example/ >/dev/null; true' || true
+"$VETTO" audit sessions
+"$VETTO" audit verify

@@ -449,8 +449,6 @@ pub fn command(c: &AuditCommand) -> Result<u8> {
         }
         AuditCommand::Export { store, otlp: url } => {
             let s = open(store)?;
-            // The exporter's options grow with its rewrite; the rest keep their defaults.
-            #[allow(clippy::needless_update)]
             let x = otlp::export_pending(
                 &s,
                 url,
