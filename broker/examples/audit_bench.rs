@@ -85,6 +85,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let concurrent = (per * writers) as f64 / t.elapsed().as_secs_f64();
 
+    // What a `vetto run` adds: open the store, record the start, record the end with a
+    // signed checkpoint, close.
+    let sessions = 200u32;
+    let t = Instant::now();
+    for i in 0..sessions {
+        let mut r = Recorder::open(&cfg, &format!("bench-session-{i}"))?;
+        r.record(EventKind::Limit(vetto_broker::audit::event::Limit {
+            limit: "bench".into(),
+            value: 0,
+            detail: "a stand-in for session_start".into(),
+        }))?;
+        r.record_batch(vec![(now_ms(), event(u64::from(i)))], true)?;
+    }
+    let per_session = t.elapsed().as_secs_f64() * 1e3 / f64::from(sessions);
+
     let k = key::load(&cfg.key)?.verifying_key();
     let t = Instant::now();
     let report = verify::verify(&StorePaths::new(&cfg.store), &k)?;
@@ -101,6 +116,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
          {single:.0} events/s one per transaction (as the supervisor writes), \
          {concurrent:.0} events/s from {writers} concurrent writers one per transaction; \
          SQLite + JSONL, chain, signed head per transaction, checkpoint every 1000"
+    );
+    println!(
+        "audit: a session's own cost (open the store, record its start, record its end with a signed checkpoint, close): {per_session:.3} ms"
     );
     println!(
         "audit: verify of {} records and {} checkpoints: {:.0} ms ({:.0} records/s)",

@@ -13,7 +13,6 @@
 //! (vetto fails closed then: `vetto audit verify` says where it broke).
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -156,6 +155,8 @@ pub struct Store {
     paths: StorePaths,
     conn: Connection,
     lock: std::fs::File,
+    /// The head file, open for rewriting in place (writers only).
+    head: Option<std::fs::File>,
     store_id: String,
 }
 
@@ -260,20 +261,30 @@ impl Store {
             .map_err(&e)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(&e)?;
-        // Every session opens and closes the store: closing the last connection would
-        // checkpoint the WAL into the database (two fsyncs) and delete it, and the next
-        // session's first commit would sync a new WAL header. The WAL stays; SQLite's
-        // automatic checkpoint (every 1000 pages) folds it in as it grows.
-        conn.set_db_config(
-            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-            true,
-        )
-        .map_err(&e)?;
         let _ = std::fs::set_permissions(&paths.db, std::fs::Permissions::from_mode(0o600));
+        let head = match create {
+            true => Some(
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o600)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&paths.head)
+                    .map_err(|source| AuditError::Io {
+                        what: "opening the head".into(),
+                        path: paths.head.clone(),
+                        source,
+                    })?,
+            ),
+            false => None,
+        };
         let mut store = Store {
             paths: paths.clone(),
             conn,
             lock,
+            head,
             store_id: String::new(),
         };
         store.store_id = store.init(create)?;
@@ -358,6 +369,7 @@ impl Store {
         }
         let e = sql(&self.paths.db, "appending");
         let _l = Locked::take(&self.lock, &self.paths.lock)?;
+        let head = self.head_now()?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -370,7 +382,6 @@ impl Store {
             )
             .optional()
             .map_err(&e)?;
-        let head = read_head(&self.paths.head)?;
         // The database must still end exactly at the signed head.
         match (&head, &last) {
             (None, None) => {}
@@ -470,19 +481,49 @@ impl Store {
             )
             .map_err(&e)?;
         }
-        // The new head is written before the commit and renamed into place after it: a crash
-        // in between leaves the old head, which the database then no longer ends at (reported).
-        let tmp = write_head_tmp(&self.paths.head, &head)?;
-        if let Err(x) = tx.commit() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e(x));
-        }
-        std::fs::rename(&tmp, &self.paths.head).map_err(|source| AuditError::Io {
-            what: "replacing the head".into(),
+        tx.commit().map_err(&e)?;
+        // Rewritten in place, still under the lock. A crash before this leaves the old head,
+        // which the database then no longer ends at: reported, and nothing more is appended.
+        self.write_head(&head)?;
+        Ok(out)
+    }
+
+    /// The head as the open head file holds it (empty: none yet).
+    fn head_now(&self) -> Result<Option<Checkpoint>, AuditError> {
+        use std::os::unix::fs::FileExt;
+        let Some(f) = &self.head else {
+            return read_head(&self.paths.head);
+        };
+        let mut buf = vec![0u8; 1024];
+        let n = f.read_at(&mut buf, 0).map_err(|source| AuditError::Io {
+            what: "reading the head".into(),
             path: self.paths.head.clone(),
             source,
         })?;
-        Ok(out)
+        if n == 0 {
+            return Ok(None);
+        }
+        serde_json::from_slice(&buf[..n]).map(Some).map_err(|_| {
+            AuditError::Broken(format!(
+                "the head file {} is not a signed head",
+                self.paths.head.display()
+            ))
+        })
+    }
+
+    fn write_head(&self, cp: &Checkpoint) -> Result<(), AuditError> {
+        use std::os::unix::fs::FileExt;
+        let io = |source| AuditError::Io {
+            what: "writing the head".into(),
+            path: self.paths.head.clone(),
+            source,
+        };
+        let Some(f) = &self.head else {
+            return Err(io(std::io::Error::other("the store was opened read-only")));
+        };
+        let text = serde_json::to_vec(cp).map_err(AuditError::Json)?;
+        f.write_all_at(&text, 0).map_err(io)?;
+        f.set_len(text.len() as u64).map_err(io)
     }
 
     /// Records matching `f`, in chain order.
@@ -707,32 +748,13 @@ pub fn read_head(path: &Path) -> Result<Option<Checkpoint>, AuditError> {
             })
         }
     };
+    if text.is_empty() {
+        return Ok(None);
+    }
     serde_json::from_str(&text).map(Some).map_err(|_| {
         AuditError::Broken(format!(
             "the head file {} is not a signed head",
             path.display()
         ))
     })
-}
-
-fn write_head_tmp(head: &Path, cp: &Checkpoint) -> Result<PathBuf, AuditError> {
-    let mut tmp = head.as_os_str().to_os_string();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let io = |source| AuditError::Io {
-        what: "writing the head".into(),
-        path: tmp.clone(),
-        source,
-    };
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(io)?;
-    let text = serde_json::to_string(cp).map_err(AuditError::Json)?;
-    f.write_all(text.as_bytes()).map_err(io)?;
-    Ok(tmp)
 }

@@ -88,7 +88,9 @@ impl AuditTable {
             plain("jsonl", j)?;
         }
         if let Some(u) = &self.otlp {
-            otlp::check_url(u).map_err(|e| format!("audit.otlp: {}", error_chain(&e)))?;
+            otlp::destination(u)
+                .map(|_| ())
+                .map_err(|e| format!("audit.otlp: {}", error_chain(&e)))?;
         }
         Ok(())
     }
@@ -339,7 +341,13 @@ fn record_end(s: &Session, id: &str, ending: Ending, log: &Logger) {
         ));
     }
     if let Some(url) = &s.config.otlp {
-        match otlp::export_pending(rec.store(), url, &otlp::Options::default()) {
+        // One attempt: a collector that is down must not hold up the engine's delete; the
+        // next container (or `vetto audit export`) sends the backlog.
+        let opts = otlp::Options {
+            retries: 0,
+            ..otlp::Options::default()
+        };
+        match otlp::export_pending(rec.store(), url, &opts) {
             Ok(x) if x.pending > 0 => log.warn(&format!(
                 "audit: the OTLP collector at {url} did not take {} event(s) yet; they wait in the store (`vetto audit export --store {} --otlp {url}` sends them)",
                 x.pending,
