@@ -254,7 +254,17 @@ impl Store {
         } | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_NOFOLLOW;
         let e = sql(&paths.db, "opening");
-        let conn = Connection::open_with_flags(&paths.db, flags).map_err(&e)?;
+        // SQLite's NOFOLLOW refuses a symlink anywhere in the path: open it through the
+        // directory's canonical path (a HOME reached through a symlink is ordinary), so only
+        // the database file itself may not be a link.
+        let db = match (paths.db.parent(), paths.db.file_name()) {
+            (Some(dir), Some(name)) if !dir.as_os_str().is_empty() => dir
+                .canonicalize()
+                .map(|d| d.join(name))
+                .unwrap_or_else(|_| paths.db.clone()),
+            _ => paths.db.clone(),
+        };
+        let conn = Connection::open_with_flags(&db, flags).map_err(&e)?;
         conn.busy_timeout(std::time::Duration::from_secs(30))
             .map_err(&e)?;
         conn.pragma_update(None, "journal_mode", "WAL")

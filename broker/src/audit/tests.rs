@@ -297,3 +297,24 @@ fn free_text_is_sanitized_before_it_is_stored() {
     assert!(!stored.body.contains("ghp_0123"), "{}", stored.body);
     assert!(stored.body.contains("REDACTED"), "{}", stored.body);
 }
+
+#[test]
+fn a_store_reached_through_a_symlinked_directory_works_but_a_symlinked_file_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let real = d.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    // A HOME reached through a symlink: the store lives in it normally.
+    let cfg = AuditConfig::in_dir(&link.join("state"));
+    Recorder::open(&cfg, "s").unwrap().record(start()).unwrap();
+    assert!(check(&cfg).ok());
+    // The database file itself a symlink: refused.
+    let other = d.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::os::unix::fs::symlink(real.join("state/audit.db"), other.join("audit.db")).unwrap();
+    let e = Store::open(&StorePaths::new(&other.join("audit.db")), true)
+        .err()
+        .unwrap();
+    assert!(matches!(e, AuditError::NotRegular(_)), "{e}");
+}
