@@ -86,19 +86,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let concurrent = (per * writers) as f64 / t.elapsed().as_secs_f64();
 
     // What a `vetto run` adds: open the store, record the start, record the end with a
-    // signed checkpoint, close.
+    // signed checkpoint, close; with no other connection open, as a lone session finds it.
+    drop(rec);
     let sessions = 200u32;
+    let (mut open, mut first, mut last, mut close) = (0.0, 0.0, 0.0, 0.0);
     let t = Instant::now();
     for i in 0..sessions {
+        let t0 = Instant::now();
         let mut r = Recorder::open(&cfg, &format!("bench-session-{i}"))?;
+        let t1 = Instant::now();
         r.record(EventKind::Limit(vetto_broker::audit::event::Limit {
             limit: "bench".into(),
             value: 0,
             detail: "a stand-in for session_start".into(),
         }))?;
+        let t2 = Instant::now();
         r.record_batch(vec![(now_ms(), event(u64::from(i)))], true)?;
+        let t3 = Instant::now();
+        drop(r);
+        let t4 = Instant::now();
+        open += (t1 - t0).as_secs_f64();
+        first += (t2 - t1).as_secs_f64();
+        last += (t3 - t2).as_secs_f64();
+        close += (t4 - t3).as_secs_f64();
     }
     let per_session = t.elapsed().as_secs_f64() * 1e3 / f64::from(sessions);
+    let ms = |x: f64| x * 1e3 / f64::from(sessions);
+    println!(
+        "audit: per session: open {:.3} ms, start {:.3} ms, end+checkpoint {:.3} ms, close {:.3} ms",
+        ms(open),
+        ms(first),
+        ms(last),
+        ms(close)
+    );
 
     let k = key::load(&cfg.key)?.verifying_key();
     let t = Instant::now();

@@ -334,6 +334,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             bail!("{msg}");
         }
     };
+    ph.mark("create");
     // The record exists before the command runs; the store is opened only now, after every
     // sandbox process was created, so none of them holds one of its descriptors.
     let mut live = match &audit_cfg {
@@ -348,6 +349,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         },
         None => None,
     };
+    ph.mark("audit start");
     let setup_failed = |live: Option<audit::Live>, what: &anyhow::Error| {
         if let Some(l) = live {
             l.end(
@@ -452,6 +454,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     );
 
     let msg = read_all_nonblocking(err_r.as_raw_fd());
+    ph.mark("teardown");
     if let Some(l) = live.as_mut() {
         if let (Some(n), Some(limit)) = (refused_forks.filter(|n| *n > 0), &policy.limits.processes)
         {
@@ -500,6 +503,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             args.audit.report.as_deref(),
             args.audit.summary,
         );
+        ph.mark("audit end");
     }
     match status {
         Outcome::WallClock => {

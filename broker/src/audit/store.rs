@@ -28,6 +28,9 @@ use super::AuditError;
 /// A checkpoint is written at least every this many records (and at every session end).
 pub const CHECKPOINT_EVERY: u64 = 1000;
 
+/// The WAL is checkpointed into the database when it reaches this many pages.
+const WAL_PAGES: i64 = 64;
+
 /// The `prev` of the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -270,6 +273,19 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(&e)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(&e)?;
+        // Every session opens the store, appends twice and closes it. Closing the last
+        // connection would checkpoint (two fsyncs) and delete the WAL, and the next session
+        // would create it again (two more: the file and its directory): on a filesystem busy
+        // with the sandbox's own set-up, that was most of auditing's start-up cost. So the WAL
+        // stays, and is folded into the database every 64 pages instead. (The first connection
+        // replays the WAL when it opens, which costs in proportion to its size: hence small.)
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .map_err(&e)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_PAGES)
             .map_err(&e)?;
         let _ = std::fs::set_permissions(&paths.db, std::fs::Permissions::from_mode(0o600));
         let head = match create {
