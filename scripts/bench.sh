@@ -112,7 +112,7 @@ echo "== vetto supervisor peak RSS (/usr/bin/time -v, target <= 8 MiB)"
 /usr/bin/time -v $VRUN 2>&1 >/dev/null | awk -F: '/Maximum resident/ {printf "root:     %d KiB\n", $2}'
 $AS_NOBODY /usr/bin/time -v $VRUN 2>&1 >/dev/null | awk -F: '/Maximum resident/ {printf "rootless: %d KiB\n", $2}'
 echo "== vetto phase timings (-v, rootless, one run)"
-$AS_NOBODY NO_COLOR=1 RUST_LOG=vetto=info $VRUN 2>&1 >/dev/null | grep -oE 'phase="?[a-z]+"? ms="?[0-9.]+"?' || true
+$AS_NOBODY NO_COLOR=1 RUST_LOG=vetto=info $VRUN 2>&1 >/dev/null | grep -oE 'phase="?[a-z ]+"? ms="?[0-9.]+"?' || true
 
 echo
 echo "== network broker: one transfer, sequential connections, idle connections (root, loopback only)"
