@@ -36,6 +36,10 @@ pub struct HostFacts {
     pub home_dotfiles: Vec<PathBuf>,
     /// Host paths the sandbox must never be able to write (vetto's config and trust store).
     pub host_private: Vec<PathBuf>,
+    /// Host directories the sandbox must never reach at all (vetto's audit store): masked
+    /// wherever a bind shows them, and no writable root may contain them (a rename of an
+    /// ancestor would carry the store away).
+    pub host_sealed: Vec<PathBuf>,
     /// Repository metadata in the project (canonical: `.git` entries, the git and common
     /// directories they name), from [`crate::gitmeta::metadata_paths`] over the scan's finds.
     pub git_metadata: Vec<PathBuf>,
@@ -220,6 +224,7 @@ impl HostFacts {
             system_dirs,
             home_dotfiles,
             host_private: vec![],
+            host_sealed: vec![],
             git_metadata: vec![],
             git_absent: vec![],
         })

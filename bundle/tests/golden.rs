@@ -62,6 +62,7 @@ fn facts() -> HostFacts {
         ],
         home_dotfiles: vec![home.join(".gitconfig"), home.join(".cargo")],
         host_private: vec![home.join(".config/vetto")],
+        host_sealed: vec![],
         git_metadata: vec![],
         git_absent: vec![],
     }

@@ -215,8 +215,12 @@ pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation
     facts.host_private.push(config_dir()?);
     let policy = resolve_policy(a, &facts)?;
     crate::netcheck::validate_network(&policy)?;
-    // vetto's audit store and its key: masked wherever a bind would show them.
+    // vetto's audit store and its key: masked wherever a bind would show them, and no
+    // `write` root may hold them.
     let audit = audit_mask(&facts.project)?;
+    if let Some(a) = &audit {
+        facts.host_sealed.push(PathBuf::from(&a.value));
+    }
     let mut patterns = policy.secret_patterns();
     patterns.extend(audit.as_ref());
     let scan = secrets::scan_project(&patterns, &facts.home, &facts.project, true)?;

@@ -154,6 +154,13 @@ echo done"#,
     );
     let (ok, text) = verify(f);
     assert!(ok, "{text}");
+    // A writable root that holds the store would let the sandbox rename an ancestor and carry
+    // the store away: refused, and the command does not run.
+    let local = f.home.join(".local").display().to_string();
+    let o = f.run_sh(&["--allow-write", &local], "touch ran");
+    assert!(!o.status.success());
+    assert!(err(&o).contains("vetto's audit store"), "{}", err(&o));
+    assert!(!f.proj.join("ran").exists());
 });
 
 both!(a_denied_connection_is_recorded_and_summarised, |f| {

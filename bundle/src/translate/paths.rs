@@ -101,6 +101,18 @@ pub(super) fn check_root(
         ));
     }
     if writable {
+        for h in &facts.host_sealed {
+            if h.starts_with(p) || p.starts_with(h) {
+                return Err(path_err(
+                    key,
+                    raw,
+                    format!(
+                        "would let the sandbox move or replace {}, vetto's audit store",
+                        h.display()
+                    ),
+                ));
+            }
+        }
         for h in &facts.host_private {
             if h.starts_with(p) || p.starts_with(h) {
                 return Err(path_err(
