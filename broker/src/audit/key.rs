@@ -38,30 +38,47 @@ pub fn load_or_create(path: &Path) -> Result<SigningKey, AuditError> {
         super::store::private_dir(dir)?;
     }
     let mut seed = [0u8; 32];
+    let mut tag = [0u8; 8];
     getrandom::fill(&mut seed)
+        .and_then(|()| getrandom::fill(&mut tag))
         .map_err(|e| err("generating", std::io::Error::other(e.to_string())))?;
-    let mut f = match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-    {
-        Ok(f) => f,
+    // Written whole under a private name, then linked into place: several sessions starting
+    // at once on a new machine never see a half-written key, and the first link wins.
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", hex::encode(tag)));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(format!("{LABEL}\n{}\n", hex::encode(seed)).as_bytes())?;
+        f.sync_all()?;
+        std::fs::hard_link(&tmp, path)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    match written {
+        Ok(()) => {}
         // Another session made it first: use that one.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return load(path),
         Err(e) => return Err(err("creating", e)),
-    };
-    let text = format!("{LABEL}\n{}\n", hex::encode(seed));
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| err("writing", e))?;
+    }
     let key = SigningKey::from_bytes(&seed);
     let public = public_path(path);
-    let _ = std::fs::write(
-        &public,
+    let ptmp = public.with_file_name(format!(".audit.pub.{}.tmp", hex::encode(tag)));
+    if std::fs::write(
+        &ptmp,
         format!("{}\n", hex::encode(key.verifying_key().as_bytes())),
-    );
+    )
+    .and_then(|()| std::fs::rename(&ptmp, &public))
+    .is_err()
+    {
+        let _ = std::fs::remove_file(&ptmp);
+    }
     Ok(key)
 }
 
@@ -216,6 +233,30 @@ mod tests {
         assert_eq!(dmode, 0o700);
         let public = load_public(&public_path(&p)).unwrap();
         assert_eq!(public, k1.verifying_key());
+    }
+
+    #[test]
+    fn sessions_racing_to_make_the_key_all_get_the_same_whole_key() {
+        for _ in 0..20 {
+            let d = tempfile::tempdir().unwrap();
+            let p = d.path().join("state/audit.key");
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    let p = p.clone();
+                    std::thread::spawn(move || load_or_create(&p).map(|k| k.to_bytes()))
+                })
+                .collect();
+            let keys: Vec<[u8; 32]> = threads
+                .into_iter()
+                .map(|t| t.join().unwrap().unwrap())
+                .collect();
+            assert!(keys.iter().all(|k| *k == keys[0]));
+            let left: Vec<_> = std::fs::read_dir(p.parent().unwrap())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left.len(), 2, "only the key and its public half: {left:?}");
+        }
     }
 
     #[test]
