@@ -80,6 +80,29 @@ pub fn run_config(
     Ok(cfg)
 }
 
+/// The JSONL file is opened by the supervisor and, while the session runs, by its broker: it
+/// may not lie where the sandbox can write, or the sandbox could put a link or a FIFO there
+/// between the two opens (or edit what was written).
+pub fn check_outside(cfg: &AuditConfig, writable: &[PathBuf]) -> Result<()> {
+    let Some(JsonlTarget::File(p)) = &cfg.jsonl else {
+        return Ok(());
+    };
+    if !p.is_absolute() {
+        // Refused with its own reason when it is opened.
+        return Ok(());
+    }
+    let canon = vetto_bundle::host::canonical_beyond(p)
+        .with_context(|| format!("audit.jsonl {}", p.display()))?;
+    if let Some(root) = writable.iter().find(|r| canon.starts_with(r)) {
+        bail!(
+            "audit.jsonl {}: inside {}, which the sandbox can write (it could replace the file during the session); choose a path outside it",
+            p.display(),
+            root.display()
+        );
+    }
+    Ok(())
+}
+
 /// SHA-256 (hex) of the effective policy.
 pub fn policy_digest(p: &Policy) -> String {
     let json = serde_json::to_vec(p).unwrap_or_default();

@@ -181,6 +181,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         .as_deref()
         .map(|d| audit::run_config(d, &args.audit, Some(&policy), &facts.home))
         .transpose()?;
+    if let Some(cfg) = &audit_cfg {
+        audit::check_outside(cfg, &t.writable_roots)?;
+    }
     let audit_start = || {
         audit::run_start(
             &policy,

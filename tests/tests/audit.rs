@@ -279,7 +279,12 @@ both!(jsonl_export_and_its_refusals, |f| {
         .expect("mkfifo");
     assert!(st.success());
     f.own(&outside);
-    for (p, why) in [(&link, "symbolic link"), (&fifo, "FIFO")] {
+    let inside = f.proj.join("audit.jsonl");
+    for (p, why) in [
+        (&link, "symbolic link"),
+        (&fifo, "FIFO"),
+        (&inside, "which the sandbox can write"),
+    ] {
         let started = Instant::now();
         let o = f.run_sh(&["--audit-jsonl", &p.display().to_string()], "touch ran");
         assert!(

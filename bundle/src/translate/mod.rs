@@ -60,6 +60,9 @@ pub struct Translation {
     pub handoff_watch: Vec<PathBuf>,
     /// What to do with them.
     pub handoff: HandoffAction,
+    /// Host directories the sandbox can write (canonical): nothing vetto writes on the host
+    /// during the session may live beneath them.
+    pub writable_roots: Vec<PathBuf>,
 }
 
 /// The bundle as the sections build it.
@@ -180,5 +183,6 @@ pub fn translate(
         explain: b.explain,
         handoff_watch,
         handoff: policy.handoff.value,
+        writable_roots: layout.writable_roots,
     })
 }
