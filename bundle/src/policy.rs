@@ -236,8 +236,8 @@ pub struct ApprovalsSection {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuditSection {
-    /// Append every event as JSON lines to this file (absolute path, `~/` allowed) or `-`
-    /// (stdout).
+    /// Append every event as JSON lines to this file (absolute path, `~/` allowed), outside
+    /// everything the sandbox can read or write.
     pub jsonl: Option<String>,
     /// Send every event to this OpenTelemetry collector (OTLP/HTTP logs, `http://` URL).
     pub otlp: Option<String>,

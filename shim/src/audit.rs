@@ -74,6 +74,9 @@ pub fn run_config(
         .audit_otlp
         .clone()
         .or_else(|| from_policy(|p| &p.audit_otlp));
+    if cfg.jsonl == Some(JsonlTarget::Stdout) {
+        bail!("audit.jsonl = \"-\": the sandboxed command writes to the same stdout and could forge lines; give a file outside the sandbox's reach");
+    }
     if let Some(u) = &cfg.otlp {
         otlp::destination(u).map_err(|e| anyhow!("audit.otlp: {}", error_chain(&e)))?;
     }
@@ -82,8 +85,8 @@ pub fn run_config(
 
 /// The JSONL file is opened by the supervisor and, while the session runs, by its broker: it
 /// may not lie where the sandbox can write, or the sandbox could put a link or a FIFO there
-/// between the two opens (or edit what was written).
-pub fn check_outside(cfg: &AuditConfig, writable: &[PathBuf]) -> Result<()> {
+/// between the two opens (or edit what was written); nor where a bind shows it inside.
+pub fn check_outside(cfg: &AuditConfig, writable: &[PathBuf], visible: &[PathBuf]) -> Result<()> {
     let Some(JsonlTarget::File(p)) = &cfg.jsonl else {
         return Ok(());
     };
@@ -98,6 +101,14 @@ pub fn check_outside(cfg: &AuditConfig, writable: &[PathBuf]) -> Result<()> {
             "audit.jsonl {}: inside {}, which the sandbox can write (it could replace the file during the session); choose a path outside it",
             p.display(),
             root.display()
+        );
+    }
+    // Nor where it can read: the trail holds every session's commands and destinations.
+    if let Some(src) = visible.iter().find(|r| canon.starts_with(r)) {
+        bail!(
+            "audit.jsonl {}: inside {}, which the sandbox can read; choose a path outside it",
+            p.display(),
+            src.display()
         );
     }
     Ok(())

@@ -129,8 +129,8 @@ pub enum AuditCommand {
 /// Audit flags of `vetto run`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct AuditArgs {
-    /// Also append every audit event as JSON lines to FILE (`-`: stdout); overrides
-    /// `audit.jsonl`.
+    /// Also append every audit event as JSON lines to FILE (outside everything the sandbox
+    /// can read or write); overrides `audit.jsonl`.
     #[arg(long, value_name = "FILE")]
     pub audit_jsonl: Option<String>,
     /// Also send every audit event to an OpenTelemetry collector (OTLP/HTTP logs endpoint,

@@ -182,7 +182,15 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         .map(|d| audit::run_config(d, &args.audit, Some(&policy), &facts.home))
         .transpose()?;
     if let Some(cfg) = &audit_cfg {
-        audit::check_outside(cfg, &t.writable_roots)?;
+        let visible: Vec<PathBuf> = t
+            .spec
+            .mounts()
+            .iter()
+            .flatten()
+            .filter(|m| m.typ().as_deref() == Some("bind"))
+            .filter_map(|m| m.source().clone())
+            .collect();
+        audit::check_outside(cfg, &t.writable_roots, &visible)?;
     }
     let audit_start = || {
         audit::run_start(

@@ -300,6 +300,30 @@ both!(jsonl_export_and_its_refusals, |f| {
             p.display()
         );
     }
+    // Stdout is shared with the sandboxed command (it could forge lines), and a file the
+    // sandbox can read would show it every session's commands: both refused.
+    let readable = outside.display().to_string();
+    let file_s = file.display().to_string();
+    for (flags, why) in [
+        (vec!["--audit-jsonl", "-"], "could forge lines"),
+        (
+            vec![
+                "--allow-read",
+                readable.as_str(),
+                "--audit-jsonl",
+                file_s.as_str(),
+            ],
+            "which the sandbox can read",
+        ),
+    ] {
+        let o = f.run_sh(&flags, "touch ran");
+        assert!(!o.status.success(), "{flags:?}");
+        assert!(err(&o).contains(why), "{flags:?}: {}", err(&o));
+        assert!(
+            !f.proj.join("ran").exists(),
+            "the command ran despite {flags:?}"
+        );
+    }
 });
 
 /// Run SQL on the fixture's store (as root, the test's identity: the file stays the user's).

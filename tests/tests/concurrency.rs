@@ -105,7 +105,13 @@ both!(
     |f| {
         // A long session that is live the whole time the others start and sweep.
         let tag_long = sleep_tag(f, 2);
-        let long_script = format!("sleep {tag_long}; sleep 4; echo ok");
+        // It ends only when the test says so (however long the 50 starts take on a loaded
+        // machine; at most a minute, should the test fail first), so "live" is true when the
+        // test checks it.
+        let release = f.proj.join(format!(".release-{tag_long}"));
+        let long_script = format!(
+            "sleep {tag_long}; for i in $(seq 600); do [ -e .release-{tag_long} ] && break; sleep 0.1; done; echo ok"
+        );
         let long = spawn(f, &long_script);
         assert!(
             eventually(10, || sleeping(&tag_long)),
@@ -128,6 +134,7 @@ both!(
         for p in &live {
             assert!(p.exists(), "{} of a live session was removed", p.display());
         }
+        std::fs::write(&release, "").expect("release the long session");
         let o = long.wait_with_output().expect("wait vetto");
         assert!(
             o.status.success() && out(&o) == "ok\n",

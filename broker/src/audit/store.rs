@@ -408,6 +408,17 @@ impl Store {
             )
             .optional()
             .map_err(&e)?;
+        // The head must be signed by this key, for this store: record hashes carry no key,
+        // so whoever rewrote records could write a matching but unsigned head, which the next
+        // append would otherwise sign over.
+        if let Some(h) = &head {
+            if h.store_id != self.store_id || !h.verifies(&key.verifying_key()) {
+                return Err(AuditError::Broken(format!(
+                    "the head file {} is not signed by this store's key",
+                    self.paths.head.display()
+                )));
+            }
+        }
         // The database must still end exactly at the signed head.
         match (&head, &last) {
             (None, None) => {}

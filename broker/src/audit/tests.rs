@@ -318,3 +318,52 @@ fn a_store_reached_through_a_symlinked_directory_works_but_a_symlinked_file_is_r
         .unwrap();
     assert!(matches!(e, AuditError::NotRegular(_)), "{e}");
 }
+
+#[test]
+fn a_writer_refuses_a_head_it_did_not_sign_so_it_never_signs_over_a_rewrite() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 2);
+    // Cut the last session and write a head that matches the new end, with a forged
+    // signature: the chain in the database is consistent again.
+    sql(
+        &cfg,
+        "DELETE FROM records WHERE seq > 5; DELETE FROM checkpoints WHERE seq > 5;",
+    );
+    let c = rusqlite::Connection::open(&cfg.store).unwrap();
+    let (id, hash): (String, String) = c
+        .query_row(
+            "SELECT (SELECT value FROM meta WHERE key='store_id'), hash FROM records WHERE seq = 5",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let forged = super::key::Checkpoint {
+        store_id: id,
+        seq: 5,
+        hash,
+        time: "2000-01-01T00:00:00.000Z".into(),
+        signature: "00".into(),
+    };
+    std::fs::write(
+        StorePaths::new(&cfg.store).head,
+        serde_json::to_string(&forged).unwrap(),
+    )
+    .unwrap();
+    let e = Recorder::open(&cfg, "later")
+        .unwrap()
+        .record(start())
+        .err()
+        .unwrap();
+    assert!(matches!(e, AuditError::Broken(_)), "{e}");
+    assert!(!check(&cfg).ok());
+}
+
+#[test]
+fn removed_checkpoints_are_found() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 3);
+    sql(&cfg, "DELETE FROM checkpoints WHERE seq = 10");
+    let r = check(&cfg);
+    assert_eq!(r.broken_at, Some(10), "{r:?}");
+    assert!(r.problems[0].contains("checkpoint is missing"), "{r:?}");
+}

@@ -13,7 +13,7 @@ use ed25519_dalek::VerifyingKey;
 use serde::Serialize;
 
 use super::event::Event;
-use super::store::{record_hash, Store, StorePaths, GENESIS};
+use super::store::{record_hash, Store, StorePaths, CHECKPOINT_EVERY, GENESIS};
 use super::AuditError;
 
 /// What `verify` found.
@@ -133,6 +133,36 @@ fn check(store: &Store, key: &VerifyingKey) -> Result<Report, AuditError> {
         expected = r.seq + 1;
     }
     let last = records.last().map_or(0, |r| r.seq);
+
+    // Writers sign a checkpoint at every session end and at least every CHECKPOINT_EVERY
+    // records: a missing one was removed (it would otherwise let a rewritten chain pass).
+    let signed: std::collections::HashSet<u64> = checkpoints.iter().map(|c| c.seq).collect();
+    for r in &records {
+        if r.kind == "session_end" && !signed.contains(&r.seq) {
+            push(
+                r.seq,
+                format!(
+                    "record {} ends a session but its signed checkpoint is missing (removed)",
+                    r.seq
+                ),
+            );
+        }
+    }
+    let mut marks: Vec<u64> = signed.iter().copied().filter(|s| *s <= last).collect();
+    marks.sort_unstable();
+    let mut from = 0u64;
+    for m in marks.into_iter().chain(std::iter::once(last)) {
+        if m.saturating_sub(from) > 2 * CHECKPOINT_EVERY {
+            push(
+                from + 1,
+                format!(
+                    "records {}..{m} have no signed checkpoint (writers sign one at least every {CHECKPOINT_EVERY}): checkpoints were removed",
+                    from + 1
+                ),
+            );
+        }
+        from = m;
+    }
 
     // Checkpoints: each signed by the key, each naming a record that is there with that hash.
     for c in &checkpoints {
