@@ -212,6 +212,9 @@ CREATE INDEX IF NOT EXISTS records_session ON records(session, session_seq);
 CREATE TABLE IF NOT EXISTS checkpoints(
     seq INTEGER PRIMARY KEY, hash TEXT NOT NULL, time TEXT NOT NULL, signature TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS exports(destination TEXT PRIMARY KEY, acked INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS head(
+    id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL, hash TEXT NOT NULL,
+    time TEXT NOT NULL, signature TEXT NOT NULL);
 ";
 
 impl Store {
@@ -408,39 +411,25 @@ impl Store {
             )
             .optional()
             .map_err(&e)?;
-        // The head must be signed by this key, for this store: record hashes carry no key,
-        // so whoever rewrote records could write a matching but unsigned head, which the next
-        // append would otherwise sign over.
-        if let Some(h) = &head {
-            if h.store_id != self.store_id || !h.verifies(&key.verifying_key()) {
-                return Err(AuditError::Broken(format!(
-                    "the head file {} is not signed by this store's key",
-                    self.paths.head.display()
-                )));
-            }
-        }
-        // The database must still end exactly at the signed head.
-        match (&head, &last) {
-            (None, None) => {}
-            (Some(h), Some((seq, hash))) if h.seq == *seq && h.hash == *hash => {}
-            (Some(h), Some((seq, _))) => {
-                return Err(AuditError::Broken(format!(
-                    "the database ends at record {seq} but the signed head is at record {} with another hash",
-                    h.seq
-                )))
-            }
-            (Some(h), None) => {
-                return Err(AuditError::Broken(format!(
-                    "the database is empty but the signed head is at record {}",
-                    h.seq
-                )))
-            }
-            (None, Some((seq, _))) => {
-                return Err(AuditError::Broken(format!(
-                    "the database has {seq} records but no signed head"
-                )))
-            }
-        }
+        let db_head = read_db_head(&tx, &self.store_id).map_err(&e)?;
+        check_heads(
+            &key.verifying_key(),
+            &self.store_id,
+            last.as_ref(),
+            db_head.as_ref(),
+            head.as_ref(),
+            |seq| {
+                tx.query_row(
+                    "SELECT hash FROM records WHERE seq = ?1",
+                    params![seq],
+                    |r| r.get::<_, String>(0),
+                )
+                .optional()
+                .ok()
+                .flatten()
+            },
+        )
+        .map_err(AuditError::Broken)?;
         let (mut seq, mut prev) = last.unwrap_or((0, GENESIS.to_string()));
         let mut session_seqs: HashMap<String, u64> = HashMap::new();
         let mut out = Vec::with_capacity(events.len());
@@ -511,6 +500,11 @@ impl Store {
             .map_err(&e)?;
         // The head and a checkpoint at the same place say the same thing: one signature.
         let head = Checkpoint::sign(key, &self.store_id, seq, &prev, &now);
+        tx.execute(
+            "INSERT OR REPLACE INTO head(id, seq, hash, time, signature) VALUES (1, ?1, ?2, ?3, ?4)",
+            params![head.seq, head.hash, head.time, head.signature],
+        )
+        .map_err(&e)?;
         if checkpoint || seq >= last_cp + CHECKPOINT_EVERY {
             tx.execute(
                 "INSERT OR REPLACE INTO checkpoints(seq, hash, time, signature) VALUES (?1, ?2, ?3, ?4)",
@@ -519,8 +513,9 @@ impl Store {
             .map_err(&e)?;
         }
         tx.commit().map_err(&e)?;
-        // Rewritten in place, still under the lock. A crash before this leaves the old head,
-        // which the database then no longer ends at: reported, and nothing more is appended.
+        // Rewritten in place, still under the lock. A writer killed before this leaves the
+        // file behind the database's own signed head, on the same chain: the next append (and
+        // verify) accepts that, and the file catches up.
         self.write_head(&head)?;
         Ok(out)
     }
@@ -704,6 +699,11 @@ impl Store {
         out
     }
 
+    /// The database's own signed head, if any.
+    pub fn db_head(&self) -> Result<Option<Checkpoint>, AuditError> {
+        read_db_head(&self.conn, &self.store_id).map_err(sql(&self.paths.db, "reading the head"))
+    }
+
     /// How far `destination` has acknowledged (the last chain position it confirmed).
     pub fn acked(&self, destination: &str) -> Result<Option<u64>, AuditError> {
         self.conn
@@ -770,6 +770,99 @@ pub struct RawRecord {
     pub prev: String,
     /// This hash.
     pub hash: String,
+}
+
+/// The signed head the database keeps of itself (written in each append's transaction).
+pub fn read_db_head(
+    conn: &Connection,
+    store_id: &str,
+) -> Result<Option<Checkpoint>, rusqlite::Error> {
+    conn.query_row(
+        "SELECT seq, hash, time, signature FROM head WHERE id = 1",
+        [],
+        |r| {
+            Ok(Checkpoint {
+                store_id: store_id.to_string(),
+                seq: r.get(0)?,
+                hash: r.get(1)?,
+                time: r.get(2)?,
+                signature: r.get(3)?,
+            })
+        },
+    )
+    .optional()
+}
+
+/// Whether the store's two signed heads hold (the rule writers and `verify` share):
+/// - the database's own head (`db`) is signed by `key` for `store_id`, and the records end
+///   exactly there (`last`): no record after it, none cut before it;
+/// - the head file (`file`) is signed too, and lies on the same chain at or before it: ahead
+///   means the database was cut or replaced by an older copy; behind (on the chain) means a
+///   writer stopped between its commit and the file's update, which is harmless.
+///
+/// `hash_at` gives the stored hash of a record. The error says what is wrong.
+pub fn check_heads(
+    key: &ed25519_dalek::VerifyingKey,
+    store_id: &str,
+    last: Option<&(u64, String)>,
+    db: Option<&Checkpoint>,
+    file: Option<&Checkpoint>,
+    hash_at: impl Fn(u64) -> Option<String>,
+) -> Result<(), String> {
+    let signed = |c: &Checkpoint| c.store_id == store_id && c.verifies(key);
+    match (last, db) {
+        (None, None) => {}
+        (None, Some(d)) => {
+            return Err(format!(
+                "the database is empty but its signed head is at record {}",
+                d.seq
+            ))
+        }
+        (Some((seq, _)), None) => {
+            return Err(format!("the database has {seq} records but no signed head"))
+        }
+        (Some(_), Some(d)) if !signed(d) => {
+            return Err("the database's head is not signed by this store's key".into())
+        }
+        (Some((seq, _)), Some(d)) if d.seq > *seq => {
+            return Err(format!(
+                "the store ends at record {seq} but its signed head is at record {}: records {}..{} were cut off",
+                d.seq,
+                seq + 1,
+                d.seq
+            ))
+        }
+        (Some((seq, hash)), Some(d)) if d.seq != *seq || d.hash != *hash => {
+            return Err(format!(
+                "the database ends at record {seq} but its signed head is at record {} with another hash: records were appended or rewritten without the key",
+                d.seq
+            ))
+        }
+        (Some(_), Some(_)) => {}
+    }
+    match (file, db) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err("the head file is missing".into()),
+        (Some(f), _) if !signed(f) => {
+            Err("the head file is not signed by this store's key".into())
+        }
+        (Some(f), None) => Err(format!(
+            "the head file is at record {} but the database has no head",
+            f.seq
+        )),
+        (Some(f), Some(d)) if f.seq > d.seq => Err(format!(
+            "the store ends at record {} but the head file is signed at record {}: records {}..{} were cut off (the tail truncated, or the store replaced by an older copy)",
+            d.seq,
+            f.seq,
+            d.seq + 1,
+            f.seq
+        )),
+        (Some(f), Some(_)) if hash_at(f.seq).as_deref() != Some(f.hash.as_str()) => Err(format!(
+            "record {}: its hash differs from the head file's (the store was replaced or rewritten)",
+            f.seq
+        )),
+        (Some(_), Some(_)) => Ok(()),
+    }
 }
 
 /// The signed head at `path`, if there is one.

@@ -367,3 +367,32 @@ fn removed_checkpoints_are_found() {
     assert_eq!(r.broken_at, Some(10), "{r:?}");
     assert!(r.problems[0].contains("checkpoint is missing"), "{r:?}");
 }
+
+#[test]
+fn a_writer_killed_between_its_commit_and_the_head_file_leaves_a_usable_store() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = filled(d.path(), 1);
+    let head = StorePaths::new(&cfg.store).head;
+    let before = std::fs::read(&head).unwrap();
+    Recorder::open(&cfg, "next")
+        .unwrap()
+        .record(start())
+        .unwrap();
+    // As if killed after the commit: the file still holds the previous head.
+    std::fs::write(&head, &before).unwrap();
+    let r = check(&cfg);
+    assert!(
+        r.ok(),
+        "the database's own signed head covers the tail: {r:?}"
+    );
+    Recorder::open(&cfg, "after")
+        .unwrap()
+        .record(start())
+        .unwrap();
+    let r = check(&cfg);
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(r.head, Some(7));
+    // But a head file from another store, or one ahead of the database, is not accepted.
+    sql(&cfg, "DELETE FROM records WHERE seq = 7; UPDATE head SET seq = 6, hash = (SELECT hash FROM records WHERE seq = 6)");
+    assert!(!check(&cfg).ok(), "an unsigned database head");
+}

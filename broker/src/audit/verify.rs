@@ -13,7 +13,7 @@ use ed25519_dalek::VerifyingKey;
 use serde::Serialize;
 
 use super::event::Event;
-use super::store::{record_hash, Store, StorePaths, CHECKPOINT_EVERY, GENESIS};
+use super::store::{check_heads, record_hash, Store, StorePaths, CHECKPOINT_EVERY, GENESIS};
 use super::AuditError;
 
 /// What `verify` found.
@@ -186,50 +186,26 @@ fn check(store: &Store, key: &VerifyingKey) -> Result<Report, AuditError> {
         }
     }
 
-    // The head, kept outside the database: signed, and the database ends exactly there.
-    match &head {
-        None if !records.is_empty() => push(
-            1,
-            format!(
-                "the signed head {} is missing",
-                store.paths().head.display()
-            ),
-        ),
-        None => {}
-        Some(h) => {
-            if h.store_id != id {
-                push(h.seq, "the head belongs to another store".to_string());
-            } else if !h.verifies(key) {
-                push(
-                    h.seq,
-                    "the head's signature does not verify with this key (forged or edited)"
-                        .to_string(),
-                );
-            } else if h.seq > last {
-                push(
-                    last + 1,
-                    format!(
-                        "the store ends at record {last} but the signed head is at record {}: records {}..{} were cut off (the tail truncated, or the store replaced by an older copy)",
-                        h.seq,
-                        last + 1,
-                        h.seq
-                    ),
-                );
-            } else if hashes.get(&h.seq) != Some(&h.hash) {
-                push(
-                    h.seq,
-                    format!("record {}: its hash differs from the signed head's (the store was replaced or rewritten)", h.seq),
-                );
-            } else if h.seq < last {
-                push(
-                    h.seq + 1,
-                    format!(
-                        "records {}..{last} come after the signed head: nobody with the key wrote them (appended)",
-                        h.seq + 1
-                    ),
-                );
-            }
-        }
+    // The two signed heads: the database's own (written in each append's transaction) and the
+    // head file outside it.
+    let db_head = store.db_head()?;
+    let last_rec = records.last().map(|r| (r.seq, r.hash.clone()));
+    if let Err(why) = check_heads(
+        key,
+        &id,
+        last_rec.as_ref(),
+        db_head.as_ref(),
+        head.as_ref(),
+        |seq| hashes.get(&seq).cloned(),
+    ) {
+        // Where it breaks: past the end for a cut, else at the end.
+        let at = match (&head, &db_head) {
+            (_, Some(d)) if d.seq > last => last + 1,
+            (Some(f), Some(d)) if f.seq > d.seq => d.seq + 1,
+            (Some(f), Some(d)) if f.seq < d.seq || why.starts_with("record") => f.seq.max(1),
+            _ => last.max(1),
+        };
+        push(at, why);
     }
     problems.sort_by_key(|(s, _)| *s);
     Ok(Report {
