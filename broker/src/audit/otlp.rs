@@ -25,7 +25,6 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -741,18 +740,10 @@ fn export_lock(store: &Store, until: Instant) -> Result<Option<Flock<std::fs::Fi
     let mut path = store.paths().db.as_os_str().to_os_string();
     path.push(".otlp.lock");
     let path = PathBuf::from(path);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(|source| OtlpError::Lock {
-            path: path.clone(),
-            source,
-        })?;
+    let mut file = super::store::open_private(&path).map_err(|source| OtlpError::Lock {
+        path: path.clone(),
+        source,
+    })?;
     loop {
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(l) => return Ok(Some(l)),

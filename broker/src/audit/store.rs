@@ -49,6 +49,19 @@ pub fn record_hash(store_id: &str, seq: u64, prev: &str, body: &str) -> String {
     hex::encode(h.finalize())
 }
 
+/// Open (or create, 0600) one of the store's own files for reading and writing, without
+/// following a symlink and without passing it across an exec.
+pub(crate) fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
 /// Create `dir` (and its parents) if needed; a directory vetto creates is 0700.
 pub fn private_dir(dir: &Path) -> Result<(), AuditError> {
     if dir.is_dir() {
@@ -236,14 +249,7 @@ impl Store {
         if !create && !paths.db.is_file() {
             return Err(AuditError::NoStore(paths.db.clone()));
         }
-        let lock = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&paths.lock)
+        let lock = open_private(&paths.lock)
             .or_else(|e| match create {
                 // A reader without write access to the lock (e.g. a copy): read without it.
                 false => std::fs::File::open("/dev/null"),
@@ -292,21 +298,11 @@ impl Store {
             .map_err(&e)?;
         let _ = std::fs::set_permissions(&paths.db, std::fs::Permissions::from_mode(0o600));
         let head = match create {
-            true => Some(
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                    .open(&paths.head)
-                    .map_err(|source| AuditError::Io {
-                        what: "opening the head".into(),
-                        path: paths.head.clone(),
-                        source,
-                    })?,
-            ),
+            true => Some(open_private(&paths.head).map_err(|source| AuditError::Io {
+                what: "opening the head".into(),
+                path: paths.head.clone(),
+                source,
+            })?),
             false => None,
         };
         let mut store = Store {
