@@ -34,15 +34,14 @@ pub fn user_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Make the store's directory and key before the sandbox is planned, so the secret scan finds
-/// the directory and masks it wherever the sandbox could otherwise see it.
+/// Make the store's directory before the sandbox is planned, so the secret scan finds it and
+/// masks it wherever the sandbox could otherwise see it (the key is made inside it on first
+/// use, when the session's recorder opens).
 pub fn prepare(a: &AuditArgs) -> Result<Option<PathBuf>> {
     if a.no_audit {
         return Ok(None);
     }
-    let dir = user_dir()?;
-    key::load_or_create(&dir.join("audit.key")).map_err(|e| anyhow!(error_chain(&e)))?;
-    Ok(Some(dir))
+    user_dir().map(Some)
 }
 
 /// A `~/`-relative path made absolute against `home`.
@@ -264,9 +263,7 @@ pub fn refusal(
         argv: argv.to_vec(),
         engine,
     };
-    let done = Recorder::open(cfg, session)
-        .and_then(|mut rec| rec.record_batch(vec![(now_ms(), EventKind::Refusal(r))], true));
-    if let Err(e) = done {
+    if let Err(e) = vetto_broker::audit::record_refusal(cfg, session, r) {
         eprintln!(
             "vetto: audit: the refusal could not be recorded: {}",
             error_chain(&e)

@@ -113,16 +113,8 @@ pub fn check(
     out
 }
 
-fn state_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .map(|d| d.join("vetto"))
-}
-
 fn record(findings: &[Finding], session: &str) -> std::io::Result<()> {
-    let dir = state_dir().ok_or_else(|| std::io::Error::other("no HOME"))?;
+    let dir = vetto_broker::audit::state_dir().ok_or_else(|| std::io::Error::other("no HOME"))?;
     std::fs::create_dir_all(&dir)?;
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -151,8 +151,8 @@ fn drain_once(from: RawFd, to: RawFd) -> bool {
 /// Run the command; returns its exit status.
 pub fn run(args: &RunArgs) -> Result<u8> {
     let mut ph = Phases::new();
-    // The audit store's directory and key exist before the sandbox is planned (so the plan
-    // masks them) and before anything runs (a session that cannot be recorded does not run).
+    // The audit store's directory exists before the sandbox is planned, so the plan masks it
+    // (the key is made in it when the session's recorder opens, before anything runs).
     let audit_dir = audit::prepare(&args.audit)?;
     let (facts, policy, t) = match policy_cmd::build(&args.policy, "run") {
         Ok(b) => b,

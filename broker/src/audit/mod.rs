@@ -205,9 +205,21 @@ impl Recorder {
     }
 }
 
-/// `$XDG_STATE_HOME/vetto/audit` (or `~/.local/state/vetto/audit`): where `vetto run` keeps
-/// its store and key.
-pub fn user_dir() -> Option<PathBuf> {
+/// Record that vetto refused to start something (a policy, a bundle, an exec), in `session`,
+/// with a signed checkpoint after it.
+pub fn record_refusal(
+    config: &AuditConfig,
+    session: &str,
+    refusal: event::Refusal,
+) -> Result<(), AuditError> {
+    Recorder::open(config, session)?
+        .record_batch(vec![(event::now_ms(), EventKind::Refusal(refusal))], true)
+        .map(|_| ())
+}
+
+/// `$XDG_STATE_HOME/vetto` (or `~/.local/state/vetto`): vetto's state directory for the
+/// calling user (an XDG_STATE_HOME or HOME that is not absolute counts as unset).
+pub fn state_dir() -> Option<PathBuf> {
     std::env::var_os("XDG_STATE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
@@ -217,7 +229,12 @@ pub fn user_dir() -> Option<PathBuf> {
                 .filter(|p| p.is_absolute())
                 .map(|h| h.join(".local/state"))
         })
-        .map(|d| d.join("vetto/audit"))
+        .map(|d| d.join("vetto"))
+}
+
+/// `state_dir()/audit`: where `vetto run` keeps its store and key.
+pub fn user_dir() -> Option<PathBuf> {
+    state_dir().map(|d| d.join("audit"))
 }
 
 /// Where `vetto-shim` keeps its store and key unless `/etc/vetto/shim.toml` says otherwise.

@@ -389,9 +389,7 @@ pub fn refusal(
         argv: argv.to_vec(),
         engine,
     };
-    let done = Recorder::open(config, session)
-        .and_then(|mut rec| rec.record_batch(vec![(now_ms(), EventKind::Refusal(r))], true));
-    if let Err(e) = done {
+    if let Err(e) = vetto_broker::audit::record_refusal(config, session, r) {
         log.warn(&format!(
             "audit: the refusal could not be recorded: {}",
             error_chain(&e)
