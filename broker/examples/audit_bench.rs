@@ -26,6 +26,7 @@ fn event(i: u64) -> EventKind {
         bytes_up: 1000 + i,
         bytes_down: 20_000 + i,
         duration_ms: 12,
+        basis: None,
     })
 }
 

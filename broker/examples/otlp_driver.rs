@@ -33,6 +33,7 @@ fn events(name: &str) -> Vec<EventKind> {
             bytes_up: 1,
             bytes_down: 2,
             duration_ms: 3,
+            basis: None,
         })
     };
     vec![

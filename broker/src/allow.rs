@@ -95,6 +95,43 @@ impl fmt::Display for HostPattern {
     }
 }
 
+/// One parsed `network.deny` entry: a host pattern, and the one port it refuses, or every
+/// port when the entry named none (a refusal is read broadly, unlike an allow entry).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DenyEntry {
+    /// Which names.
+    pub pattern: HostPattern,
+    /// Which port (`None`: all of them).
+    pub port: Option<u16>,
+}
+
+impl DenyEntry {
+    /// Parse `host`, `host:port`, `*.suffix` or `*.suffix:port` (the allowlist's syntax).
+    pub fn parse(entry: &str) -> Result<Self, AllowError> {
+        let a = AllowEntry::parse(entry)?;
+        // Names hold no ':' and IP literals are refused above: a ':' is the port's.
+        let port = entry.contains(':').then_some(a.port);
+        Ok(DenyEntry {
+            pattern: a.pattern,
+            port,
+        })
+    }
+
+    /// True if this entry refuses `name` on `port`.
+    pub fn refuses(&self, name: &DnsName, port: u16) -> bool {
+        self.port.is_none_or(|p| p == port) && self.pattern.matches(name)
+    }
+}
+
+impl fmt::Display for DenyEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.port {
+            Some(p) => write!(f, "{}:{p}", self.pattern),
+            None => write!(f, "{}:*", self.pattern),
+        }
+    }
+}
+
 /// One parsed allowlist entry: a host pattern and the one port it allows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AllowEntry {
@@ -222,6 +259,12 @@ impl fmt::Display for CidrRule {
 /// Why a target was denied.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DenyReason {
+    /// A `network.deny` entry names it.
+    #[error("refused by network.deny entry {entry}")]
+    PolicyDeny {
+        /// The entry, as `pattern:port` or `pattern:*`.
+        entry: String,
+    },
     /// Strict mode never allows port 80.
     #[error("port 80 (plaintext HTTP) is refused in strict mode")]
     StrictPort80,
@@ -283,6 +326,8 @@ pub struct Policy {
     pub cidrs: Vec<CidrRule>,
     /// Strict mode: no IP literals at all, no port 80.
     pub strict: bool,
+    /// Refused names (`network.deny`), before everything else.
+    pub deny: Vec<DenyEntry>,
 }
 
 impl Policy {
@@ -303,11 +348,35 @@ impl Policy {
                 .map(|e| CidrRule::parse(e.as_ref()))
                 .collect::<Result<_, _>>()?,
             strict,
+            deny: vec![],
         })
+    }
+
+    /// This policy with `network.deny` entries. The first bad entry is the error.
+    pub fn with_deny<D: AsRef<str>>(mut self, deny: &[D]) -> Result<Self, AllowError> {
+        self.deny = deny
+            .iter()
+            .map(|e| DenyEntry::parse(e.as_ref()))
+            .collect::<Result<_, _>>()?;
+        Ok(self)
+    }
+
+    /// The `network.deny` entry that refuses `target`, if any (names only: IP literals have
+    /// their own rules, `allow_cidrs`).
+    pub fn denied_by(&self, target: &Target) -> Option<&DenyEntry> {
+        match target {
+            Target::Name { name, port } => self.deny.iter().find(|d| d.refuses(name, *port)),
+            Target::Ip { .. } => None,
+        }
     }
 
     /// Decide whether `target` may be connected to, before any resolution.
     pub fn decide(&self, target: &Target) -> Decision {
+        if let Some(d) = self.denied_by(target) {
+            return Decision::Deny(DenyReason::PolicyDeny {
+                entry: d.to_string(),
+            });
+        }
         let port = target.port();
         if self.strict && port == 80 {
             return Decision::Deny(DenyReason::StrictPort80);

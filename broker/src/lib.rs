@@ -48,6 +48,7 @@
 //! chain (`{:#}` with anyhow, or [`error_chain`]).
 
 pub mod allow;
+pub mod approvals;
 pub mod audit;
 pub mod classify;
 pub mod dns;
@@ -60,7 +61,7 @@ mod socks5;
 pub mod target;
 
 pub use allow::{
-    AllowEntry, AllowError, CidrRule, Decision, DenyReason, HostPattern, Policy, DEFAULT_PORT,
+    AllowEntry, AllowError, CidrRule, Decision, DenyEntry, DenyReason, HostPattern, Policy, DEFAULT_PORT,
 };
 pub use classify::{
     check_answer_set, classify, classify_v4, classify_v6, in_cidrs, AddrClass, AnswerError,
@@ -68,10 +69,10 @@ pub use classify::{
 };
 pub use dns::UdpResolver;
 pub use ipnet::IpNet;
-pub use plan::{plan_connection, PlanError, Resolver, SystemResolver, SYSTEM_RESOLVE_TIMEOUT};
+pub use plan::{plan_connection, PlanError, Planned, Resolver, SystemResolver, SYSTEM_RESOLVE_TIMEOUT};
 pub use ratelimit::RateLimiter;
 pub use server::{
-    serve, serve_with_events, BrokerError, BrokerSpec, ConnEvent, EventDecision, ListenerKind,
+    serve, serve_with_events, BrokerError, BrokerEvent, BrokerSpec, ConnEvent, EventDecision, ListenerKind,
     DEFAULT_IDLE_TIMEOUT_SECS, MAX_MAX_CONNECTIONS,
 };
 pub use target::{

@@ -12,6 +12,7 @@ use thiserror::Error;
 use tokio::time::timeout;
 
 use crate::allow::{Decision, DenyReason, Policy};
+use crate::approvals::{Gate, GateMode, GateRefusal};
 use crate::classify::AnswerError;
 use crate::ratelimit::RateLimiter;
 use crate::target::{DnsName, Target};
@@ -68,6 +69,9 @@ pub enum PlanError {
         #[source]
         source: io::Error,
     },
+    /// Not listed, and the approvals gate refused it (or a persistent denial names it).
+    #[error("refused by approvals")]
+    Gate(#[from] GateRefusal),
     /// The answer set was empty or contained a non-public address.
     #[error("{name}")]
     Answer {
@@ -79,20 +83,54 @@ pub enum PlanError {
     },
 }
 
-/// The whole decision for one connection: [`Policy::decide`] → one token of `rate` for the
-/// destination (`host:port`) → (names only) one call of `resolver` → whole answer-set check
-/// ([`Policy::check_answer`]) → exactly one `SocketAddr` to dial, the first address of the
-/// accepted set. A denied or rate-limited target is never resolved, an IP literal never is.
-/// The caller must connect to the returned address and must not resolve the name again
-/// for this connection.
+/// The one address to dial, and why it was allowed when that was a grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    /// Connect to exactly this.
+    pub addr: SocketAddr,
+    /// `None`: the allowlist; else the grant that let it through, and who made it.
+    pub basis: Option<String>,
+}
+
+/// The whole decision for one connection: [`Policy::decide`] (which applies `network.deny`
+/// first) → a persistent denial from `gate` → the allowlist → for a name it does not list,
+/// in `allowlist` mode, `gate` (this session's answers, a persistent grant, ask or park) →
+/// one token of `rate` for the destination (`host:port`) → (names only) one call of
+/// `resolver` → whole answer-set check ([`Policy::check_answer`]) → exactly one `SocketAddr`
+/// to dial, the first address of the accepted set. A denied or rate-limited target is never
+/// resolved, an IP literal never is, and a granted name's answer set is checked like any
+/// other. The caller must connect to the returned address and must not resolve the name
+/// again for this connection.
 pub async fn plan_connection<R: Resolver>(
     policy: &Policy,
+    gate: Option<&Gate>,
     rate: &RateLimiter,
     target: &Target,
     resolver: &R,
-) -> Result<SocketAddr, PlanError> {
-    if let Decision::Deny(reason) = policy.decide(target) {
+) -> Result<Planned, PlanError> {
+    let decision = policy.decide(target);
+    if let Decision::Deny(reason @ DenyReason::PolicyDeny { .. }) = decision {
         return Err(PlanError::Denied(reason));
+    }
+    if let Some(g) = gate {
+        g.check_denial(target)?;
+    }
+    let mut basis = None;
+    if let Decision::Deny(reason) = decision {
+        // Only a name the allowlist does not list, and never in strict mode (`GateMode::Off`):
+        // a grant reopens nothing the mode itself refuses.
+        let unlisted = matches!(
+            reason,
+            DenyReason::NotAllowlisted { .. } | DenyReason::PortNotAllowed { .. }
+        );
+        match (gate, target) {
+            (Some(g), Target::Name { name, port })
+                if unlisted && !policy.strict && g.spec().mode != GateMode::Off =>
+            {
+                basis = Some(g.decide_unlisted(name, *port).await?);
+            }
+            _ => return Err(PlanError::Denied(reason)),
+        }
     }
     if !rate.try_acquire(&target.to_string()) {
         return Err(PlanError::RateLimited);
@@ -117,7 +155,10 @@ pub async fn plan_connection<R: Resolver>(
             name: label,
             source,
         })?;
-    Ok(SocketAddr::new(ip, target.port()))
+    Ok(Planned {
+        addr: SocketAddr::new(ip, target.port()),
+        basis,
+    })
 }
 
 #[cfg(test)]
@@ -187,7 +228,8 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(plan_connection(p, &no_limit(), &t(target), r))
+        rt.block_on(plan_connection(p, None, &no_limit(), &t(target), r))
+            .map(|planned| planned.addr)
     }
 
     #[test]
@@ -318,7 +360,7 @@ mod tests {
         let p = policy(&["a.example", "b.example"], &[], false);
         let rate = RateLimiter::new(2);
         let r = Fake::new(&["93.184.216.34"]);
-        let go = |target: &str| rt.block_on(plan_connection(&p, &rate, &t(target), &r));
+        let go = |target: &str| rt.block_on(plan_connection(&p, None, &rate, &t(target), &r));
         assert!(go("a.example:443").is_ok());
         assert!(go("a.example:443").is_ok());
         assert!(matches!(go("a.example:443"), Err(PlanError::RateLimited)));

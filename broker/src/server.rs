@@ -26,7 +26,7 @@
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +40,7 @@ use tokio::task::{JoinError, JoinSet};
 use tokio::time::{timeout, Instant};
 
 use crate::allow::{AllowError, DenyReason, Policy};
+use crate::approvals::{control, ApprovalSpec, ApprovalsError, Gate, GateRefusal};
 use crate::classify::{AddrClass, AnswerError};
 use crate::dns::UdpResolver;
 use crate::plan::{plan_connection, PlanError, Resolver, SystemResolver};
@@ -97,6 +98,11 @@ pub struct BrokerSpec {
     /// `Publish` listeners to dial into the sandbox. It must stay open for as long as
     /// [`serve`] runs (the broker only borrows it; the sidecar hands it over for good).
     pub sandbox_netns_fd: Option<RawFd>,
+    /// Names always refused (`network.deny`: `host`, `*.suffix` on every port, or with a
+    /// port on that one).
+    pub deny: Vec<String>,
+    /// What happens to names the allowlist does not list (none: they are refused).
+    pub approvals: Option<ApprovalSpec>,
 }
 
 impl Default for BrokerSpec {
@@ -110,8 +116,20 @@ impl Default for BrokerSpec {
             idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
             connects_per_minute: DEFAULT_CONNECTS_PER_MINUTE,
             sandbox_netns_fd: None,
+            deny: Vec::new(),
+            approvals: None,
         }
     }
+}
+
+/// What the broker reports: each connection when it ends, and each approvals event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BrokerEvent {
+    /// A connection ended.
+    Connection(ConnEvent),
+    /// An approval was requested, answered, timed out, parked or revoked, or the control
+    /// socket refused a peer.
+    Approval(crate::audit::EventKind),
 }
 
 /// What a listener speaks.
@@ -191,6 +209,9 @@ pub struct ConnEvent {
     pub bytes_down: u64,
     /// From accept to close.
     pub duration_ms: u64,
+    /// When a grant (not the allowlist) let it through: which, and who made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<String>,
 }
 
 /// Why [`serve`] could not start or stopped. As everywhere in this crate, the text of a
@@ -240,6 +261,9 @@ pub enum BrokerError {
     /// An accept loop ended unexpectedly (panic or cancellation).
     #[error("internal error: an accept loop ended")]
     AcceptLoop(#[source] JoinError),
+    /// The approvals gate cannot be set up (its store, its control socket).
+    #[error("approvals")]
+    Approvals(#[from] ApprovalsError),
 }
 
 /// The resolver a spec selects: the host's, or one DNS server over UDP.
@@ -269,8 +293,9 @@ pub(crate) struct Shared {
     rejecting: Arc<Semaphore>,
     rate: RateLimiter,
     pub(crate) idle: Duration,
-    events: UnboundedSender<ConnEvent>,
+    events: UnboundedSender<BrokerEvent>,
     sandbox_netns: Option<RawFd>,
+    gate: Option<Arc<Gate>>,
 }
 
 fn parse_resolver(s: &str) -> Result<SocketAddr, BrokerError> {
@@ -289,8 +314,9 @@ fn parse_resolver(s: &str) -> Result<SocketAddr, BrokerError> {
 }
 
 impl Shared {
-    fn new(spec: &BrokerSpec, events: UnboundedSender<ConnEvent>) -> Result<Self, BrokerError> {
-        let policy = Policy::parse(&spec.allow, &spec.allow_cidrs, spec.strict)?;
+    fn new(spec: &BrokerSpec, events: UnboundedSender<BrokerEvent>) -> Result<Self, BrokerError> {
+        let policy =
+            Policy::parse(&spec.allow, &spec.allow_cidrs, spec.strict)?.with_deny(&spec.deny)?;
         let resolver = match &spec.resolver {
             None => SpecResolver::System(SystemResolver),
             Some(s) => SpecResolver::Udp(UdpResolver {
@@ -318,6 +344,11 @@ impl Shared {
         }
         // At most MAX_MAX_CONNECTIONS (checked above): lossless.
         let permits = usize::try_from(spec.max_connections).unwrap_or(usize::MAX);
+        let gate = spec
+            .approvals
+            .clone()
+            .map(|a| Gate::new(a, events.clone()))
+            .transpose()?;
         Ok(Shared {
             policy,
             resolver,
@@ -328,6 +359,7 @@ impl Shared {
             idle: Duration::from_secs(spec.idle_timeout_secs),
             events,
             sandbox_netns: spec.sandbox_netns_fd,
+            gate,
         })
     }
 }
@@ -337,7 +369,12 @@ impl BrokerSpec {
     /// and CIDR entries, resolver, limits), by the same code, without serving anything.
     pub fn validate(&self) -> Result<(), BrokerError> {
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
-        Shared::new(self, events).map(drop)
+        // The rules store is opened when the broker starts, not here.
+        let without_store = BrokerSpec {
+            approvals: self.approvals.clone().map(|a| ApprovalSpec { rules: None, ..a }),
+            ..self.clone()
+        };
+        Shared::new(&without_store, events).map(drop)
     }
 }
 
@@ -356,16 +393,37 @@ pub async fn serve(
     serve_with_events(spec, listeners, tx).await
 }
 
-/// [`serve`], also sending every [`ConnEvent`] to `events` (send errors are ignored).
+/// [`serve`], also sending every [`BrokerEvent`] to `events` (send errors are ignored).
+///
+/// With `spec.approvals.control_fd`, that descriptor (a listening Unix socket, which `serve`
+/// takes over) is the session's control socket, served beside the listeners.
 pub async fn serve_with_events(
     spec: BrokerSpec,
     listeners: Vec<(ListenerKind, std::net::TcpListener)>,
-    events: UnboundedSender<ConnEvent>,
+    events: UnboundedSender<BrokerEvent>,
 ) -> Result<(), BrokerError> {
     let shared = Arc::new(Shared::new(&spec, events)?);
     if listeners.is_empty() {
         return Err(BrokerError::NoListeners);
     }
+    let control = match (&shared.gate, spec.approvals.as_ref().and_then(|a| a.control_fd)) {
+        (Some(gate), Some(fd)) => {
+            // SAFETY: the spec hands this descriptor to `serve` for good (the sidecar placed
+            // it for us alone); nothing else in this process owns or closes it.
+            let std_listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
+            let listener = std_listener
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::UnixListener::from_std(std_listener))
+                .map_err(|source| ApprovalsError::Io {
+                    what: "using the control socket".into(),
+                    path: format!("fd {fd}").into(),
+                    source,
+                })?;
+            Some(tokio::spawn(control::serve(listener, Arc::clone(gate))))
+        }
+        _ => None,
+    };
+    let _stop_control = AbortOnDrop(control);
     for (index, (kind, _)) in listeners.iter().enumerate() {
         if let ListenerKind::HostPort(target) = *kind {
             if !target.ip().is_loopback() || target.port() == 0 {
@@ -402,6 +460,17 @@ pub async fn serve_with_events(
     tracing::error!(error = %error_chain(&err), "vetto broker stopping");
     loops.abort_all();
     Err(err)
+}
+
+/// Stops a spawned task when dropped.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.abort();
+        }
+    }
 }
 
 /// Accept errors that concern one connection or a momentary shortage, not the listener.
@@ -588,9 +657,17 @@ pub(crate) async fn decide_and_dial(
     target: &Target,
     rec: &mut Record,
 ) -> Result<TcpStream, Refusal> {
-    let addr = plan_connection(&shared.policy, &shared.rate, target, &shared.resolver)
-        .await
-        .map_err(|e| Refusal::plan(target, &e))?;
+    let planned = plan_connection(
+        &shared.policy,
+        shared.gate.as_deref(),
+        &shared.rate,
+        target,
+        &shared.resolver,
+    )
+    .await
+    .map_err(|e| Refusal::plan(target, &e))?;
+    rec.basis = planned.basis;
+    let addr = planned.addr;
     rec.dialled = Some(addr);
     connect(addr).await
 }
@@ -662,11 +739,26 @@ impl Refusal {
             PlanError::RateLimited => Self::rate_limited(target),
             PlanError::Resolve { source, .. } => Self::resolve_failed(target, source),
             PlanError::Answer { source, .. } => Self::answer(target, source),
+            PlanError::Gate(g) => Self::gate(g),
         }
+    }
+
+    fn gate(g: &GateRefusal) -> Self {
+        let mut r = Self::deny(g.code(), 403, socks_rep::NOT_ALLOWED, g.to_string());
+        // The approval's id, for the person reading the refusal.
+        if let GateRefusal::Parked { id, .. }
+        | GateRefusal::Timeout { id, .. }
+        | GateRefusal::Denied { id, .. }
+        | GateRefusal::SessionDenial { id, .. } = g
+        {
+            r.header = format!("{}: {id}", g.code());
+        }
+        r
     }
 
     fn denied(target: &Target, reason: &DenyReason) -> Self {
         let code = match reason {
+            DenyReason::PolicyDeny { .. } => "policy-deny",
             DenyReason::StrictPort80 => "strict-port-80",
             DenyReason::StrictIpLiteral { .. } => "strict-ip-literal",
             DenyReason::IpLiteralNotAllowed { .. } => "ip-literal-not-allowed",
@@ -782,7 +874,8 @@ pub(crate) fn sanitize(s: &str) -> String {
 /// The accounting record of a connection under way. Emitted exactly once, when dropped,
 /// so a connection cancelled mid-way is still accounted for (as `error`/`aborted`).
 pub(crate) struct Record {
-    events: UnboundedSender<ConnEvent>,
+    events: UnboundedSender<BrokerEvent>,
+    pub(crate) basis: Option<String>,
     listener: ListenerKind,
     client: SocketAddr,
     start: Instant,
@@ -799,6 +892,7 @@ impl Record {
     fn new(shared: &Shared, listener: ListenerKind, client: SocketAddr) -> Self {
         Record {
             events: shared.events.clone(),
+            basis: None,
             listener,
             client,
             start: Instant::now(),
@@ -852,6 +946,7 @@ impl Drop for Record {
             bytes_up: self.bytes_up,
             bytes_down: self.bytes_down,
             duration_ms: u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX),
+            basis: self.basis.take(),
         };
         tracing::info!(
             listener = %ev.listener,
@@ -864,9 +959,10 @@ impl Drop for Record {
             bytes_up = ev.bytes_up,
             bytes_down = ev.bytes_down,
             duration_ms = ev.duration_ms,
+            basis = ev.basis.as_deref().unwrap_or("-"),
             "vetto broker connection"
         );
-        let _ = self.events.send(ev);
+        let _ = self.events.send(BrokerEvent::Connection(ev));
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::timeout;
 use vetto_broker::{
-    serve, serve_with_events, BrokerError, BrokerSpec, ConnEvent, EventDecision, ListenerKind,
+    serve, serve_with_events, BrokerError, BrokerEvent, BrokerSpec, ConnEvent, EventDecision, ListenerKind,
 };
 
 const T: Duration = Duration::from_secs(10);
@@ -170,7 +170,7 @@ async fn trap(bind: SocketAddr) -> Option<Arc<AtomicUsize>> {
 
 struct Broker {
     addrs: Vec<SocketAddr>,
-    events: UnboundedReceiver<ConnEvent>,
+    events: UnboundedReceiver<BrokerEvent>,
 }
 
 impl Broker {
@@ -191,7 +191,11 @@ impl Broker {
     }
 
     async fn event(&mut self) -> ConnEvent {
-        timeout(T, self.events.recv()).await.unwrap().unwrap()
+        loop {
+            if let BrokerEvent::Connection(e) = timeout(T, self.events.recv()).await.unwrap().unwrap() {
+                return e;
+            }
+        }
     }
 }
 

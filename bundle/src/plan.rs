@@ -161,6 +161,13 @@ pub struct BrokerPlan {
     pub connects_per_minute: u32,
     /// Concurrent connections.
     pub max_connections: u32,
+    /// Destinations always refused (`network.deny`).
+    pub deny: Vec<String>,
+    /// Whether an unlisted name may be held for a person's answer (`approvals.mode = "ask"`
+    /// and not strict mode); the broker still parks it when nobody can answer.
+    pub ask: bool,
+    /// How long a held connection waits for the answer.
+    pub approval_timeout_secs: u64,
 }
 
 /// The sandbox's network.

@@ -177,6 +177,9 @@ pub struct NetworkSection {
     pub publish: Option<Vec<u16>>,
     /// Address ranges (CIDR) that may be dialled although private or reserved.
     pub allow_cidrs: Option<Vec<String>>,
+    /// Destinations always refused, before anything else (`host`, `*.suffix`, each on every
+    /// port; `host:port` on that port): no allow entry, grant or answer reopens them.
+    pub deny: Option<Vec<String>>,
     /// DNS server the broker asks (`"127.0.0.1:5353"`); default: the system resolver.
     pub resolver: Option<String>,
     /// New connections per destination (host:port) per minute (default 120).
@@ -229,6 +232,9 @@ pub enum AskMode {
 pub struct ApprovalsSection {
     /// `ask` (interactive) or `deny` (unattended, e.g. CI).
     pub mode: Option<AskMode>,
+    /// How long a connection waits for an answer before it is refused: `"60s"` (default),
+    /// `"5m"`; at most one hour.
+    pub timeout: Option<String>,
 }
 
 /// `[audit]`: exporters. The host writes or connects there, outside the sandbox, so a project

@@ -116,6 +116,8 @@ pub struct Policy {
     pub publish: Vec<Sourced<u16>>,
     /// Explicitly allowed CIDRs.
     pub allow_cidrs: Vec<Sourced<String>>,
+    /// Destinations always refused.
+    pub deny: Vec<Sourced<String>>,
     /// DNS server for the broker (None: the system resolver).
     pub resolver: Option<Sourced<String>>,
     /// Broker rate limit per destination per minute.
@@ -130,6 +132,8 @@ pub struct Policy {
     pub limits: Limits,
     /// Unattended or interactive.
     pub approvals: Sourced<AskMode>,
+    /// How long a connection waits for an answer (seconds).
+    pub approval_timeout: Sourced<u64>,
     /// The audit JSONL destination (`-` is stdout).
     pub audit_jsonl: Option<Sourced<String>>,
     /// The audit OTLP/HTTP logs endpoint.
@@ -156,6 +160,11 @@ fn push_unique<T: PartialEq + Clone>(dst: &mut Vec<Sourced<T>>, items: &[T], src
         }
     }
 }
+
+/// How long a connection waits for a person's answer when `approvals.timeout` is not set.
+pub const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 60;
+/// The longest `approvals.timeout`.
+pub const MAX_APPROVAL_TIMEOUT_SECS: u64 = 3600;
 
 /// Parse `"90s"`, `"30m"`, `"2h"`, `"1d"` or a plain number of seconds.
 pub fn parse_duration(key: &str, s: &str) -> Result<Duration, PolicyError> {
@@ -256,6 +265,7 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         host_ports: vec![],
         publish: vec![],
         allow_cidrs: vec![],
+        deny: vec![],
         resolver: None,
         connects_per_minute: Sourced::new(120, &builtin),
         max_connections: Sourced::new(1024, &builtin),
@@ -269,6 +279,7 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
             core_dumps: Sourced::new(false, &builtin),
         },
         approvals: Sourced::new(AskMode::Ask, &builtin),
+        approval_timeout: Sourced::new(DEFAULT_APPROVAL_TIMEOUT_SECS, &builtin),
         audit_jsonl: None,
         audit_otlp: None,
         files: vec![],
@@ -332,6 +343,7 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
                 n.allow_cidrs.as_deref().unwrap_or(&[]),
                 src,
             );
+            push_unique(&mut p.deny, n.deny.as_deref().unwrap_or(&[]), src);
             if let Some(v) = n.connects_per_minute {
                 if v == 0 || v > 1_000_000 {
                     return Err(PolicyError::BadValue {
@@ -415,6 +427,17 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         }
         if let Some(a) = f.approvals.as_ref().and_then(|a| a.mode) {
             p.approvals = Sourced::new(a, src);
+        }
+        if let Some(t) = f.approvals.as_ref().and_then(|a| a.timeout.as_deref()) {
+            let d = parse_duration("approvals.timeout", t)?.as_secs();
+            if !(1..=MAX_APPROVAL_TIMEOUT_SECS).contains(&d) {
+                return Err(PolicyError::BadValue {
+                    key: "approvals.timeout".into(),
+                    value: t.into(),
+                    reason: format!("must be between 1s and {MAX_APPROVAL_TIMEOUT_SECS}s"),
+                });
+            }
+            p.approval_timeout = Sourced::new(d, src);
         }
         if let Some(a) = &f.audit {
             if let Some(j) = &a.jsonl {
@@ -677,6 +700,7 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
         &before.allow_cidrs,
         &after.allow_cidrs,
     ));
+    w.extend(removed("network.deny", &before.deny, &after.deny));
     if after.resolver.as_ref().map(|r| &r.value) != before.resolver.as_ref().map(|r| &r.value) {
         w.push("changes network.resolver".into());
     }

@@ -522,6 +522,16 @@ fn describe(k: &EventKind) -> String {
         | EventKind::ApprovalGranted(a)
         | EventKind::ApprovalDenied(a)
         | EventKind::ApprovalTimeout(a)
-        | EventKind::ApprovalRevoked(a) => format!("{} {}", a.id, a.destination),
+        | EventKind::ApprovalRevoked(a)
+        | EventKind::ApprovalParked(a) => {
+            let mut s = format!("{} {}", a.id, a.destination);
+            if let Some(sc) = a.scope {
+                s.push_str(&format!(" {}", serde_json::to_value(sc).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()));
+            }
+            if let Some(by) = &a.answered_by {
+                s.push_str(&format!(" by {by}"));
+            }
+            s
+        }
     }
 }

@@ -16,7 +16,7 @@ use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::stat::{fstat, SFlag};
 use vetto_broker::audit::{event::now_ms, Connection, EventKind, Recorder};
 use vetto_broker::error_chain;
-use vetto_broker::server::{serve_with_events, ConnEvent};
+use vetto_broker::server::{serve_with_events, BrokerEvent};
 
 use crate::sidecar::{BrokerAudit, Launch, SPEC_ENV, WATCH_ENV};
 
@@ -73,7 +73,7 @@ pub fn run() -> Result<()> {
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ConnEvent>();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<BrokerEvent>();
     let writer = match launch.audit {
         Some(a) => Some(writer(a, rx)?),
         None => {
@@ -113,7 +113,7 @@ pub fn run() -> Result<()> {
 /// here, before serving: a broker that cannot record does not relay.
 fn writer(
     a: BrokerAudit,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<ConnEvent>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<BrokerEvent>,
 ) -> Result<std::thread::JoinHandle<()>> {
     let mut rec = Recorder::open(&a.config, &a.session).context("broker: audit")?;
     Ok(std::thread::spawn(move || {
@@ -126,12 +126,18 @@ fn writer(
                 }
             }
             let events = batch
-                .iter()
-                .map(|e| (now_ms(), EventKind::Connection(Connection::from(e))))
+                .into_iter()
+                .map(|e| {
+                    let kind = match e {
+                        BrokerEvent::Connection(c) => EventKind::Connection(Connection::from(&c)),
+                        BrokerEvent::Approval(k) => k,
+                    };
+                    (now_ms(), kind)
+                })
                 .collect();
             if let Err(e) = rec.record_batch(events, false) {
                 eprintln!(
-                    "vetto: broker: a connection could not be recorded, so the broker stops (the sandbox's network goes with it): {}",
+                    "vetto: broker: an event could not be recorded, so the broker stops (the sandbox's network goes with it): {}",
                     error_chain(&e)
                 );
                 std::process::exit(1);

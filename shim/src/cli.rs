@@ -32,6 +32,16 @@ pub enum Command {
     /// Read, check and export the audit trail.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Answer the network requests sessions are waiting on, and manage persistent grants and
+    /// denials (from another terminal: the sandbox can never answer its own prompt).
+    Approvals(ApprovalsArgs),
+    /// A live view of running sessions, the audit trail's events and pending approvals, with
+    /// one-key answers.
+    Watch {
+        /// The audit store to follow (default: yours).
+        #[arg(long, value_name = "DB")]
+        store: Option<PathBuf>,
+    },
     /// Probe this machine and report which sandbox tier it supports.
     Doctor {
         /// Machine-readable output.
@@ -124,6 +134,76 @@ pub enum AuditCommand {
         #[arg(long, value_name = "URL")]
         otlp: String,
     },
+}
+
+/// `vetto approvals`: with no subcommand, list pending requests.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = false)]
+pub struct ApprovalsArgs {
+    /// Also list this session's answers, persistent grants and denials, and sessions.
+    #[arg(long, global = true)]
+    pub all: bool,
+    /// Machine-readable output (list).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Work on `vetto-shim`'s store (/var/lib/vetto/audit/approvals.db) instead of yours.
+    #[arg(long, global = true)]
+    pub shim: bool,
+    /// What to do (default: list).
+    #[command(subcommand)]
+    pub command: Option<ApprovalsCommand>,
+}
+
+/// `vetto approvals` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// List pending requests (and parked ones; with --all, every answer and rule).
+    List {
+        /// Everything: session answers, persistent rules, sessions.
+        #[arg(long)]
+        all: bool,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let a pending request through: this once (default), for the session, or always
+    /// (persisted for this project). A parked request takes only --always.
+    Grant {
+        /// The request's id.
+        id: String,
+        /// Only the connections waiting now.
+        #[arg(long, conflicts_with_all = ["session", "always"])]
+        once: bool,
+        /// For the rest of the session.
+        #[arg(long, conflicts_with = "always")]
+        session: bool,
+        /// For every later session of this project too.
+        #[arg(long)]
+        always: bool,
+        /// Grant this wider destination instead (`*.example.com:443`); it must cover the
+        /// request. Only with --session or --always.
+        #[arg(long, value_name = "HOST[:PORT]")]
+        dest: Option<String>,
+    },
+    /// Refuse a pending request (for the rest of the session), or always (persisted).
+    Deny {
+        /// The request's id.
+        id: String,
+        /// For every later session of this project too.
+        #[arg(long)]
+        always: bool,
+        /// Deny this wider destination instead (with --always).
+        #[arg(long, value_name = "HOST[:PORT]")]
+        dest: Option<String>,
+    },
+    /// Withdraw a persistent grant or denial, or a session's answer.
+    Revoke {
+        /// The rule's or answer's id (`vetto approvals list --all`).
+        id: String,
+    },
+    /// Stay attached to every session (so they ask rather than park) and print each pending
+    /// request as a line: `pending ID SESSION DESTINATION`.
+    Follow,
 }
 
 /// Audit flags of `vetto run`.
@@ -224,6 +304,10 @@ pub struct RunArgs {
     /// host:22 must still be on the allowlist.
     #[arg(long)]
     pub git_ssh: bool,
+    /// Nobody will answer: a destination that would ask is refused at once and parked, for
+    /// `vetto approvals grant ID --always` to let a later run through (as the `ci` profile).
+    #[arg(long)]
+    pub unattended: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

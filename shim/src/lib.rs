@@ -3,6 +3,7 @@
 //! ([`oci`]). Both binaries are thin `main`s over this library; libcontainer is reached only
 //! through [`engine`], by `vetto run` ([`run`]) and by every `vetto-shim` command alike.
 
+pub mod approvals_cmd;
 pub mod audit;
 pub mod broker_cmd;
 pub mod cli;
@@ -20,3 +21,4 @@ pub mod run;
 pub mod session;
 pub mod sidecar;
 pub mod userns;
+pub mod watch;

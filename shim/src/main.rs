@@ -7,7 +7,7 @@ use clap::{CommandFactory, Parser};
 use tracing_subscriber::EnvFilter;
 
 use vetto::cli::{Cli, Command, PolicyCommand};
-use vetto::{audit, broker_cmd, connect, doctor, policy_cmd, run};
+use vetto::{approvals_cmd, audit, broker_cmd, connect, doctor, policy_cmd, run, watch};
 
 fn init_tracing(verbose: u8) {
     // libcontainer logs its own view of things vetto does differently (seccomp is applied by
@@ -45,6 +45,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Trust { file } => policy_cmd::trust(&file)?,
         Command::Audit(c) => return audit::command(&c).map(ExitCode::from),
+        Command::Approvals(a) => return approvals_cmd::command(&a).map(ExitCode::from),
+        Command::Watch { store } => return watch::run(store.as_deref()).map(ExitCode::from),
         Command::Doctor { json, no_selftest } => {
             let mut r = doctor::probe();
             if !no_selftest && r.tier == doctor::Tier::Full {

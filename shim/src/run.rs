@@ -181,15 +181,15 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         .as_deref()
         .map(|d| audit::run_config(d, &args.audit, Some(&policy), &facts.home))
         .transpose()?;
+    let visible: Vec<PathBuf> = t
+        .spec
+        .mounts()
+        .iter()
+        .flatten()
+        .filter(|m| m.typ().as_deref() == Some("bind"))
+        .filter_map(|m| m.source().clone())
+        .collect();
     if let Some(cfg) = &audit_cfg {
-        let visible: Vec<PathBuf> = t
-            .spec
-            .mounts()
-            .iter()
-            .flatten()
-            .filter(|m| m.typ().as_deref() == Some("bind"))
-            .filter_map(|m| m.source().clone())
-            .collect();
         audit::check_outside(cfg, &t.writable_roots, &visible)?;
     }
     let audit_start = || {
@@ -204,6 +204,20 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     ph.mark("policy");
 
     let root = session::runtime_root(facts.uid)?;
+    // The sessions' control sockets live there: no sandbox may reach it by any path.
+    if let Ok(canon) = root.canonicalize() {
+        if let Some(r) = visible
+            .iter()
+            .chain(&t.writable_roots)
+            .find(|r| canon.starts_with(r) || r.starts_with(&canon))
+        {
+            bail!(
+                "approvals: the runtime directory {} (which holds the sessions' control sockets) is inside or around {}, which the sandbox can reach; set XDG_RUNTIME_DIR elsewhere",
+                canon.display(),
+                r.display()
+            );
+        }
+    }
     session::sweep_stale(&root);
     let sess = session::create(&root)?;
     let bundle = sess.bundle();
@@ -400,6 +414,19 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let broker = match (&listen_sock, &net.broker) {
         (Some(sock), Some(plan)) => {
             let want = net.listeners.len() + usize::from(!net.publish.is_empty());
+            let approvals = || -> Result<_> {
+                let spec = sidecar::approvals_spec(
+                    plan,
+                    args.unattended,
+                    // A person at the terminal vetto was started from can answer from another.
+                    pty::is_tty(0),
+                    format!("project {}", facts.project.display()),
+                    vetto_broker::audit::user_dir().map(|d| d.join("approvals.db")),
+                    &sess.id,
+                );
+                let control = sidecar::bind_control(&sess.dir)?;
+                Ok((spec, Some(control)))
+            };
             let started = sidecar::receive(sock, want, Duration::from_secs(10)).and_then(|fds| {
                 sidecar::spawn(
                     plan,
@@ -411,6 +438,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
                         config: c.clone(),
                         session: sess.id.clone(),
                     }),
+                    Some(approvals()?),
                 )
             });
             match started {

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use vetto_broker::approvals::{ApprovalSpec, GateMode};
 use vetto_broker::server::{BrokerError, BrokerSpec, ListenerKind};
 use vetto_broker::{error_chain, DEFAULT_IDLE_TIMEOUT_SECS};
 use vetto_bundle::plan::{BrokerPlan, Listener, ListenerRole};
@@ -145,6 +146,9 @@ pub fn broker_spec(plan: &BrokerPlan) -> BrokerSpec {
         resolver,
         connects_per_minute,
         max_connections,
+        deny,
+        ask: _,
+        approval_timeout_secs: _,
     } = plan;
     BrokerSpec {
         allow: allow.clone(),
@@ -155,7 +159,51 @@ pub fn broker_spec(plan: &BrokerPlan) -> BrokerSpec {
         idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
         connects_per_minute: *connects_per_minute,
         sandbox_netns_fd: None,
+        deny: deny.clone(),
+        // Set by the caller ([`approvals_spec`]): who can answer depends on where it runs.
+        approvals: None,
     }
+}
+
+/// The broker's approvals for `plan`: `ask` holds unlisted names for an answer (when an
+/// operator is there), `park` refuses them at once and keeps them for a later `--always`
+/// grant (`unattended`, `approvals.mode = "deny"`, `vetto-shim`), `off` in strict mode.
+pub fn approvals_spec(
+    plan: &BrokerPlan,
+    unattended: bool,
+    terminal: bool,
+    scope: String,
+    rules: Option<std::path::PathBuf>,
+    session: &str,
+) -> ApprovalSpec {
+    let mode = if plan.strict {
+        GateMode::Off
+    } else if plan.ask && !unattended {
+        GateMode::Ask
+    } else {
+        GateMode::Park
+    };
+    ApprovalSpec {
+        mode,
+        terminal,
+        timeout_secs: plan.approval_timeout_secs,
+        scope,
+        rules,
+        session: session.to_string(),
+        owner_uid: nix::unistd::geteuid().as_raw(),
+        control_fd: None,
+    }
+}
+
+/// Bind a session's control socket (`control.sock` in its private directory), 0600.
+pub fn bind_control(session_dir: &std::path::Path) -> Result<OwnedFd> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = session_dir.join(vetto_broker::approvals::control::SOCKET_NAME);
+    let l = std::os::unix::net::UnixListener::bind(&path)
+        .with_context(|| format!("approvals: binding the control socket {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("approvals: chmod 0600 {}", path.display()))?;
+    Ok(OwnedFd::from(l))
 }
 
 /// What is wrong in a spec [`BrokerSpec::validate`] refused, once: the error and its
@@ -179,6 +227,7 @@ pub fn spawn(
     published: Vec<(u16, OwnedFd)>,
     lifetime: Lifetime,
     audit: Option<BrokerAudit>,
+    approvals: Option<(ApprovalSpec, Option<OwnedFd>)>,
 ) -> Result<Child> {
     // fds 3…: the sandbox's listeners, the host side of each published port, and (with
     // publish) the sandbox's network namespace.
@@ -196,8 +245,14 @@ pub fn spawn(
     }
     let netns_fd = netns.as_ref().map(|_| 3 + fds.len() as i32);
     fds.extend(netns);
+    let approvals = approvals.map(|(mut spec, control)| {
+        spec.control_fd = control.as_ref().map(|_| 3 + fds.len() as i32);
+        fds.extend(control);
+        spec
+    });
     let spec = BrokerSpec {
         sandbox_netns_fd: netns_fd,
+        approvals,
         ..broker_spec(plan)
     };
     spec.validate()
@@ -302,6 +357,9 @@ mod tests {
             resolver: Some("127.0.0.53:53".into()),
             connects_per_minute: 7,
             max_connections: 9,
+            deny: vec!["evil.test".into()],
+            ask: true,
+            approval_timeout_secs: 60,
         }
     }
 

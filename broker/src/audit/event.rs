@@ -120,6 +120,10 @@ pub struct Connection {
     pub bytes_down: u64,
     /// From accept to close.
     pub duration_ms: u64,
+    /// Why it was let through, when that was not the allowlist: the grant and who made it
+    /// (`grant --once by uid 1000 (...)`, `persistent grant …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<String>,
 }
 
 impl From<&ConnEvent> for Connection {
@@ -134,6 +138,7 @@ impl From<&ConnEvent> for Connection {
             bytes_up: e.bytes_up,
             bytes_down: e.bytes_down,
             duration_ms: e.duration_ms,
+            basis: e.basis.clone(),
         }
     }
 }
@@ -222,6 +227,8 @@ pub enum EventKind {
     ApprovalTimeout(Approval),
     /// A persistent grant or denial was withdrawn.
     ApprovalRevoked(Approval),
+    /// Nobody could answer: refused at once and kept for a later `--always` grant.
+    ApprovalParked(Approval),
 }
 
 /// Every kind's name, as stored and as `vetto audit query --kind` takes it.
@@ -236,6 +243,7 @@ pub const KINDS: &[&str] = &[
     "approval_denied",
     "approval_timeout",
     "approval_revoked",
+    "approval_parked",
 ];
 
 impl EventKind {
@@ -252,6 +260,7 @@ impl EventKind {
             EventKind::ApprovalDenied(_) => KINDS[7],
             EventKind::ApprovalTimeout(_) => KINDS[8],
             EventKind::ApprovalRevoked(_) => KINDS[9],
+            EventKind::ApprovalParked(_) => KINDS[10],
         }
     }
 
@@ -285,7 +294,8 @@ impl EventKind {
             | EventKind::ApprovalGranted(a)
             | EventKind::ApprovalDenied(a)
             | EventKind::ApprovalTimeout(a)
-            | EventKind::ApprovalRevoked(a) => a.destination = redact(&a.destination),
+            | EventKind::ApprovalRevoked(a)
+            | EventKind::ApprovalParked(a) => a.destination = redact(&a.destination),
         }
         self
     }

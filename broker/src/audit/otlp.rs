@@ -870,6 +870,7 @@ mod tests {
             bytes_up: 10,
             bytes_down: 20,
             duration_ms: 5,
+            basis: None,
         })
     }
 

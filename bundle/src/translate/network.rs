@@ -3,7 +3,7 @@
 
 use crate::error::TranslateError;
 use crate::plan::{BrokerPlan, Listener, ListenerRole, NetPlan, HTTP_PROXY_PORT, SOCKS_PORT};
-use crate::policy::NetworkMode;
+use crate::policy::{AskMode, NetworkMode};
 use crate::resolve::Policy;
 
 use super::Builder;
@@ -85,6 +85,10 @@ pub fn broker_setup(policy: &Policy) -> Result<Option<BrokerSetup>, TranslateErr
             resolver: policy.resolver.as_ref().map(|r| r.value.clone()),
             connects_per_minute: policy.connects_per_minute.value,
             max_connections: policy.max_connections.value,
+            deny: policy.deny.iter().map(|a| a.value.clone()).collect(),
+            ask: policy.approvals.value == AskMode::Ask
+                && policy.network.value == NetworkMode::Allowlist,
+            approval_timeout_secs: policy.approval_timeout.value,
         },
         env,
     }))

@@ -154,7 +154,22 @@ pub(super) fn create(
         let attached = c
             .pid()
             .ok_or_else(|| OciError::Config("network broker: the container has no init".into()))
-            .and_then(|pid| network::attach(pid, net, &prepared.dir, recorded));
+            .and_then(|pid| {
+                // Nobody answers a container's prompt: unlisted names are parked for a later
+                // `vetto approvals --shim grant ID --always`, scoped by the container's policy.
+                let approvals = net.broker.as_ref().map(|b| {
+                    let policy = prepared.state.plan.as_ref().map_or("-", |p| p.policy.as_str());
+                    crate::sidecar::approvals_spec(
+                        b,
+                        true,
+                        false,
+                        format!("container {policy}"),
+                        prepared.approvals_db.clone(),
+                        st.audit.as_ref().map_or(id, |s| s.id.as_str()),
+                    )
+                });
+                network::attach(pid, net, &prepared.dir, recorded, approvals)
+            });
         match attached {
             Ok(broker) => {
                 st.broker_pid = Some(broker);

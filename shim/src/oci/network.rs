@@ -50,6 +50,7 @@ pub fn attach(
     net: &NetPlan,
     dir: &Path,
     audit: Option<sidecar::BrokerAudit>,
+    approvals: Option<vetto_broker::approvals::ApprovalSpec>,
 ) -> Result<i32, OciError> {
     let plan = net
         .broker
@@ -99,6 +100,7 @@ pub fn attach(
         vec![],
         sidecar::Lifetime::Watch { pid: init_pid, log },
         audit,
+        approvals.map(|a| (a, None)),
     )
     .map_err(broker("starting the broker"))?;
     Ok(child.id() as i32)

@@ -457,6 +457,9 @@ pub struct Prepared {
     /// A hardened, audited container: its session (to be kept in the record) and the
     /// `session_start` to record once libcontainer has created it.
     pub audit: Option<(Session, SessionStart)>,
+    /// The approvals store (persistent grants, parked requests), beside the audit store and
+    /// sealed from containers with it.
+    pub approvals_db: Option<PathBuf>,
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), OciError> {
@@ -537,6 +540,7 @@ pub fn prepare(
         .store_path(rootless)
         .and_then(|s| s.parent().map(Path::to_path_buf))
         .map(|d| (d, "the audit store".to_string()));
+    let approvals_db = sealed.as_ref().map(|(d, _)| d.join("approvals.db"));
     let own = OwnPlaces {
         state_roots: vec![root.to_path_buf()],
         sealed: sealed.into_iter().collect(),
@@ -720,6 +724,7 @@ pub fn prepare(
         hardening,
         summary,
         audit,
+        approvals_db,
     })
 }
 
