@@ -20,7 +20,27 @@ use crate::cli::{ApprovalsArgs, ApprovalsCommand};
 
 const VIA: &str = "vetto approvals";
 
-/// The approvals store this command works on.
+/// Which store a command works on.
+#[derive(Clone, Copy)]
+struct Which<'a> {
+    shim: bool,
+    store: Option<&'a std::path::Path>,
+}
+
+impl Which<'_> {
+    /// Live sessions are asked only about the user's own store.
+    fn live(&self) -> bool {
+        !self.shim && self.store.is_none()
+    }
+    fn path(&self) -> Result<PathBuf> {
+        match self.store {
+            Some(p) => Ok(p.to_path_buf()),
+            None => store_path(self.shim),
+        }
+    }
+}
+
+/// The approvals store: yours, or `vetto-shim`'s.
 pub fn store_path(shim: bool) -> Result<PathBuf> {
     if shim {
         return Ok(PathBuf::from(vetto_broker::audit::SHIM_DIR).join("approvals.db"));
@@ -30,8 +50,8 @@ pub fn store_path(shim: bool) -> Result<PathBuf> {
         .ok_or_else(|| anyhow!("approvals: no state directory (set HOME or XDG_STATE_HOME)"))
 }
 
-fn open_store(shim: bool) -> Result<RuleStore> {
-    let p = store_path(shim)?;
+fn open_store(w: Which) -> Result<RuleStore> {
+    let p = w.path()?;
     RuleStore::open(&p).map_err(|e| anyhow!(error_chain(&e)))
 }
 
@@ -66,14 +86,12 @@ fn reply(r: Reply) -> Result<()> {
     }
 }
 
-/// Record an answer given here (to a parked request, or a revocation) in the audit trail.
-fn record(shim: bool, kind: EventKind) {
-    let dir = if shim {
-        Some(PathBuf::from(vetto_broker::audit::SHIM_DIR))
-    } else {
-        vetto_broker::audit::user_dir()
+/// Record an answer given here (to a parked request, or a revocation) in the audit trail
+/// beside the approvals store.
+fn record(w: Which, kind: EventKind) {
+    let Some(dir) = w.path().ok().and_then(|p| p.parent().map(PathBuf::from)) else {
+        return;
     };
-    let Some(dir) = dir else { return };
     let cfg = AuditConfig::in_dir(&dir);
     let res = Recorder::open(&cfg, &crate::session::new_id()).and_then(|mut r| {
         r.record_batch(vec![(vetto_broker::audit::event::now_ms(), kind)], true)
@@ -93,9 +111,13 @@ fn by() -> String {
 
 /// `vetto approvals …`.
 pub fn command(a: &ApprovalsArgs) -> Result<u8> {
+    let w = Which {
+        shim: a.shim,
+        store: a.store.as_deref(),
+    };
     match &a.command {
-        None => list(a.shim, a.all, a.json),
-        Some(ApprovalsCommand::List { all, json }) => list(a.shim, *all || a.all, *json || a.json),
+        None => list(w, a.all, a.json),
+        Some(ApprovalsCommand::List { all, json }) => list(w, *all || a.all, *json || a.json),
         Some(ApprovalsCommand::Grant {
             id,
             once: _,
@@ -110,20 +132,20 @@ pub fn command(a: &ApprovalsArgs) -> Result<u8> {
             } else {
                 Scope::Once
             };
-            answer(a.shim, id, Verdict::Grant, scope, dest.as_deref())
+            answer(w, id, Verdict::Grant, scope, dest.as_deref())
         }
         Some(ApprovalsCommand::Deny { id, always, dest }) => {
             let scope = if *always { Scope::Always } else { Scope::Session };
-            answer(a.shim, id, Verdict::Deny, scope, dest.as_deref())
+            answer(w, id, Verdict::Deny, scope, dest.as_deref())
         }
-        Some(ApprovalsCommand::Revoke { id }) => revoke(a.shim, id),
+        Some(ApprovalsCommand::Revoke { id }) => revoke(w, id),
         Some(ApprovalsCommand::Follow) => follow(),
     }
 }
 
-fn list(shim: bool, all: bool, json: bool) -> Result<u8> {
-    let live = if shim { vec![] } else { live_sessions() };
-    let store = open_store(shim)?;
+fn list(w: Which, all: bool, json: bool) -> Result<u8> {
+    let live = if w.live() { live_sessions() } else { vec![] };
+    let store = open_store(w)?;
     let parked = store.parked().map_err(|e| anyhow!(error_chain(&e)))?;
     let rules = if all {
         store.rules(None).map_err(|e| anyhow!(error_chain(&e)))?
@@ -195,7 +217,7 @@ fn list(shim: bool, all: bool, json: bool) -> Result<u8> {
         for r in &rules {
             print_rule(r);
         }
-        if !shim && !live.is_empty() {
+        if !live.is_empty() {
             println!("\nsessions:");
             for (_, s) in &live {
                 println!(
@@ -243,13 +265,13 @@ fn print_rule(r: &Rule) {
 }
 
 fn answer(
-    shim: bool,
+    w: Which,
     id: &str,
     verdict: Verdict,
     scope: Scope,
     dest: Option<&str>,
 ) -> Result<u8> {
-    if !shim {
+    if w.live() {
         for (sock, s) in live_sessions() {
             if s.pending.iter().any(|p| p.id == id) {
                 let mut c = Client::connect(&sock).map_err(|e| anyhow!(error_chain(&e)))?;
@@ -267,7 +289,7 @@ fn answer(
             }
         }
     }
-    let store = open_store(shim)?;
+    let store = open_store(w)?;
     let Some(p) = store
         .parked_by_id(id)
         .map_err(|e| anyhow!(error_chain(&e)))?
@@ -317,7 +339,7 @@ fn answer(
         waiting: 0,
     };
     record(
-        shim,
+        w,
         match verdict {
             Verdict::Grant => EventKind::ApprovalGranted(approval),
             Verdict::Deny => EventKind::ApprovalDenied(approval),
@@ -336,11 +358,11 @@ fn answer(
     Ok(0)
 }
 
-fn revoke(shim: bool, id: &str) -> Result<u8> {
-    let store = open_store(shim)?;
+fn revoke(w: Which, id: &str) -> Result<u8> {
+    let store = open_store(w)?;
     if let Some(r) = store.revoke(id).map_err(|e| anyhow!(error_chain(&e)))? {
         record(
-            shim,
+            w,
             EventKind::ApprovalRevoked(Approval {
                 id: r.id.clone(),
                 destination: r.destination.clone(),
@@ -357,7 +379,7 @@ fn revoke(shim: bool, id: &str) -> Result<u8> {
         );
         return Ok(0);
     }
-    if !shim {
+    if w.live() {
         for (sock, s) in live_sessions() {
             if s.session_rules.iter().any(|r| r.id == id) {
                 let mut c = Client::connect(&sock).map_err(|e| anyhow!(error_chain(&e)))?;

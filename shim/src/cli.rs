@@ -146,9 +146,14 @@ pub struct ApprovalsArgs {
     /// Machine-readable output (list).
     #[arg(long, global = true)]
     pub json: bool,
-    /// Work on `vetto-shim`'s store (/var/lib/vetto/audit/approvals.db) instead of yours.
+    /// Work on `vetto-shim`'s store (/var/lib/vetto/audit/approvals.db) instead of yours:
+    /// parked requests and persistent rules of containers (whose prompts nobody answers live).
     #[arg(long, global = true)]
     pub shim: bool,
+    /// The approvals store to work on (it lives beside an audit store, which records the
+    /// answers given here); implies --shim's behaviour of not asking live sessions.
+    #[arg(long, global = true, value_name = "DB", conflicts_with = "shim")]
+    pub store: Option<PathBuf>,
     /// What to do (default: list).
     #[command(subcommand)]
     pub command: Option<ApprovalsCommand>,

@@ -277,8 +277,10 @@ pub fn check(file: Option<&Path>, a: &PolicyArgs) -> Result<()> {
 /// `vetto policy explain`.
 pub fn explain(a: &PolicyArgs, json: bool) -> Result<()> {
     let (facts, policy, t) = build(a, "explain")?;
+    let rules = persistent_rules(&facts.project)?;
     if json {
         let v = serde_json::json!({
+            "approvals": rules,
             "profile": policy.profile,
             "project": facts.project,
             "landlock_abi": facts.landlock_abi,
@@ -306,7 +308,39 @@ pub fn explain(a: &PolicyArgs, json: bool) -> Result<()> {
         }
         println!("  {:<40} {}  [{}]", e.item, e.detail, e.source);
     }
+    println!("\npersistent approvals for this project (`vetto approvals list --all`):");
+    if rules.is_empty() {
+        println!("  none");
+    }
+    for r in &rules {
+        println!(
+            "  {:<40} {}  [rule {} by {}, {}; {}]",
+            r.destination,
+            match r.verdict {
+                vetto_broker::approvals::Verdict::Grant => "granted (skips asking)",
+                vetto_broker::approvals::Verdict::Deny => "denied (refused without asking, even if allowlisted)",
+            },
+            r.id,
+            r.created_by,
+            vetto_broker::audit::event::rfc3339(r.created_ms),
+            r.origin
+        );
+    }
     Ok(())
+}
+
+/// The persistent grants and denials that apply to `project` (none if the store does not
+/// exist yet: explain creates nothing).
+fn persistent_rules(project: &Path) -> Result<Vec<vetto_broker::approvals::Rule>> {
+    let path = crate::approvals_cmd::store_path(false)?;
+    if !path.exists() {
+        return Ok(vec![]);
+    }
+    let store = vetto_broker::approvals::RuleStore::open(&path)
+        .map_err(|e| anyhow::anyhow!(vetto_broker::error_chain(&e)))?;
+    store
+        .rules(Some(&format!("project {}", project.display())))
+        .map_err(|e| anyhow::anyhow!(vetto_broker::error_chain(&e)))
 }
 
 /// `vetto trust FILE`.

@@ -423,6 +423,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
                     format!("project {}", facts.project.display()),
                     vetto_broker::audit::user_dir().map(|d| d.join("approvals.db")),
                     &sess.id,
+                    facts.uid,
                 );
                 let control = sidecar::bind_control(&sess.dir)?;
                 Ok((spec, Some(control)))

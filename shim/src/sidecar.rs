@@ -175,6 +175,7 @@ pub fn approvals_spec(
     scope: String,
     rules: Option<std::path::PathBuf>,
     session: &str,
+    owner_uid: u32,
 ) -> ApprovalSpec {
     let mode = if plan.strict {
         GateMode::Off
@@ -190,7 +191,7 @@ pub fn approvals_spec(
         scope,
         rules,
         session: session.to_string(),
-        owner_uid: nix::unistd::geteuid().as_raw(),
+        owner_uid,
         control_fd: None,
     }
 }

@@ -1194,3 +1194,80 @@ fn the_jsonl_sink_gets_the_sessions_events() {
     assert_eq!(kinds, ["session_start", "session_end"], "{lines:?}");
     assert_eq!(lines[0]["hash"], w.events("session_start")[0]["hash"]);
 }
+
+/// Nobody answers a container's prompt: a name its policy does not list is refused at once and
+/// parked (recorded in its session); `vetto approvals --store … grant ID --always` lets the
+/// next container with the same policy through, and only that policy's containers.
+#[test]
+fn a_containers_unlisted_name_is_parked_and_a_later_grant_lets_the_next_one_through() {
+    let Some(w) = World::new() else { return };
+    std::os::unix::fs::symlink("busybox", w.bundle().join("rootfs/bin/wget")).expect("applet");
+    let dns = vetto_integration::StubDns::start();
+    let (srv, hits) = vetto_integration::http_server("127.0.0.2:0");
+    let port = srv.port();
+    dns.set("new.test.vetto", &["127.0.0.2"]);
+    let policy = |name: &str| {
+        let pol = w.dir.path().join(name);
+        std::fs::write(
+            &pol,
+            format!(
+                "[network]\nmode = \"allowlist\"\nallow_cidrs = [\"127.0.0.2/32\"]\nresolver = \"{}\"\n",
+                dns.addr
+            ),
+        )
+        .expect("policy");
+        std::fs::set_permissions(&pol, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        pol.display().to_string()
+    };
+    let (pol, other) = (policy("net.toml"), policy("other.toml"));
+    w.script(&format!(
+        "wget -q -O- http://new.test.vetto:{port}/ 2>/dev/null || echo refused"
+    ));
+    let approvals = w.store().with_file_name("approvals.db");
+    let vetto = |args: &[&str]| {
+        Command::new(vetto_bin())
+            .arg("approvals")
+            .arg("--store")
+            .arg(&approvals)
+            .args(args)
+            .output()
+            .expect("vetto approvals")
+    };
+    let started = std::time::Instant::now();
+    let o = w.run(&["--vetto-policy", &pol], "c-park");
+    assert_eq!(out(&o), "refused\n", "{}{}", err(&o), w.last_error());
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "it waited");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let parked = w.events("approval_parked");
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(parked[0]["session"], w.events("session_start")[0]["session"]);
+    let id = parked[0]["id"].as_str().expect("id").to_string();
+    let o = vetto(&[]);
+    assert!(
+        out(&o).contains(&id) && out(&o).contains(&format!("container {pol}")),
+        "{}{}",
+        out(&o),
+        err(&o)
+    );
+    let o = vetto(&["grant", &id, "--always"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = w.run(&["--vetto-policy", &pol], "c-granted");
+    assert_eq!(out(&o), "hello", "{}{}", err(&o), w.last_error());
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let allowed: Vec<Value> = w
+        .events("connection")
+        .into_iter()
+        .filter(|c| c["decision"] == "allow")
+        .collect();
+    assert!(
+        allowed[0]["basis"]
+            .as_str()
+            .is_some_and(|b| b.starts_with("persistent grant")),
+        "{allowed:?}"
+    );
+    // Another policy's containers are not covered by that grant.
+    let o = w.run(&["--vetto-policy", &other], "c-other");
+    assert_eq!(out(&o), "refused\n", "{}", err(&o));
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(w.verify().status.success());
+}

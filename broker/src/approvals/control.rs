@@ -7,9 +7,11 @@
 //! line whenever something changes; while it is open the session counts as attended).
 //!
 //! Every peer is checked before a byte of it is read (`SO_PEERCRED`): its uid must be the
-//! session owner's, and it must live in the broker's own user and PID namespaces. A process
-//! in any sandbox lives in other namespaces, so even a copy of the socket (a bind, a
-//! hard link, a passed descriptor) gets it nothing but a refusal, which is recorded.
+//! broker's own (the session owner's), and it must live in the broker's own PID namespace
+//! (`NSpid` in `/proc/PID/status`; the supervisor and broker run in the host's, every sandbox
+//! in its own). A process in any sandbox is one PID namespace down, so even a copy of the
+//! socket (a bind, a hard link, a passed descriptor) gets it nothing but a refusal, which is
+//! recorded.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
@@ -98,45 +100,44 @@ impl Reply {
     }
 }
 
-fn ns(pid: i32, kind: &str) -> std::io::Result<PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+/// How many PID namespaces deep `pid` is, seen from this process's `/proc` (the `NSpid`
+/// line of its status: one entry per namespace from ours down to its own).
+fn pid_depth(pid: &str) -> Result<usize, String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("/proc/{pid}/status cannot be read ({e})"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|v| v.split_whitespace().count())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("/proc/{pid}/status has no NSpid line"))
 }
 
-/// Check a peer: the owner's uid, in our own user and PID namespaces. Returns the uid and
-/// pid, or why not.
-pub fn check_peer(fd: impl AsFd, owner: u32) -> Result<(u32, i32), String> {
+/// Check a peer: the broker's own user (as both are seen from the broker's user namespace:
+/// the session owner), in the broker's own PID namespace (every sandbox has its own, one
+/// level down). Returns the pid, or why not.
+pub fn check_peer(fd: impl AsFd) -> Result<i32, String> {
     let cred = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::PeerCredentials)
         .map_err(|e| format!("no peer credentials: {e}"))?;
     let (uid, pid) = (cred.uid(), cred.pid());
-    if uid != owner {
+    let mine = nix::unistd::geteuid().as_raw();
+    if uid != mine {
         return Err(format!(
-            "peer uid {uid} (pid {pid}) is not the session's owner (uid {owner})"
+            "peer pid {pid} runs as another user (uid {uid} where the session's owner is {mine}, as the broker sees them)"
         ));
     }
     // A pid of 0: the peer is in a PID namespace that ours cannot see into.
     if pid <= 0 {
-        return Err(format!("peer uid {uid} has no pid in the broker's PID namespace"));
+        return Err("the peer has no pid in the broker's PID namespace".into());
     }
-    for kind in ["pid", "user"] {
-        let mine = ns(std::process::id() as i32, kind)
-            .map_err(|e| format!("reading the broker's own {kind} namespace: {e}"))?;
-        match ns(pid, kind) {
-            Ok(theirs) if theirs == mine => {}
-            Ok(theirs) => {
-                return Err(format!(
-                    "peer pid {pid} is in another {kind} namespace ({}), not the broker's ({}): a sandboxed process",
-                    theirs.display(),
-                    mine.display()
-                ))
-            }
-            Err(e) => {
-                return Err(format!(
-                    "peer pid {pid}: its {kind} namespace cannot be read ({e}): refused"
-                ))
-            }
-        }
+    let ours = pid_depth("self")?;
+    let theirs = pid_depth(&pid.to_string())?;
+    if theirs != ours {
+        return Err(format!(
+            "peer pid {pid} lives in another PID namespace ({theirs} level(s) deep where the broker is {ours}): a sandboxed process"
+        ));
     }
-    Ok((uid, pid))
+    Ok(pid)
 }
 
 /// Serve the control socket until the broker stops.
@@ -161,7 +162,10 @@ async fn send(w: &mut tokio::net::unix::OwnedWriteHalf, r: &Reply) -> std::io::R
 }
 
 async fn connection(stream: tokio::net::UnixStream, gate: Arc<Gate>) {
-    let (uid, pid) = match check_peer(&stream, gate.spec().owner_uid) {
+    // The owner's uid on the host, for the record (the check compares ids as the broker sees
+    // them).
+    let uid = gate.spec().owner_uid;
+    let pid = match check_peer(&stream) {
         Ok(p) => p,
         Err(why) => {
             tracing::warn!("control socket: refused: {why}");

@@ -10,8 +10,8 @@
 //!   sandbox).
 //! - [`control`]: the control socket (0600 in the user's runtime directory, never inside a
 //!   sandbox) that carries a person's answers; each peer's credentials are checked
-//!   (`SO_PEERCRED`: the session owner's uid, and the broker's own user and PID namespaces, so
-//!   no process of any sandbox gets an answer in even through a copy of the socket).
+//!   (`SO_PEERCRED`: the session owner's uid, and the broker's own PID namespace, so no
+//!   process of any sandbox gets an answer in even through a copy of the socket).
 //!
 //! The agent never answers its own prompt: the answer comes only through the control socket,
 //! which the sandbox can neither see nor, if it got hold of a copy, be heard on.
@@ -87,7 +87,8 @@ pub struct ApprovalSpec {
     pub rules: Option<PathBuf>,
     /// The session id (shown and recorded).
     pub session: String,
-    /// The only uid whose answers count.
+    /// The session owner's uid on the host (recorded with each answer; the control socket
+    /// accepts only the broker's own user).
     pub owner_uid: u32,
     /// A listening Unix socket for answers (the control socket), if any.
     pub control_fd: Option<RawFd>,

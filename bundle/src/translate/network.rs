@@ -152,6 +152,14 @@ pub(super) fn note(b: &mut Builder, policy: &Policy) {
         for a in &policy.allow {
             b.note("network", &a.value, "allowed destination", &a.source);
         }
+        for d in &policy.deny {
+            b.note(
+                "network",
+                &d.value,
+                "always refused (network.deny: before the allowlist, grants and asking)",
+                &d.source,
+            );
+        }
         for c in &policy.allow_cidrs {
             b.note(
                 "network",
@@ -160,6 +168,15 @@ pub(super) fn note(b: &mut Builder, policy: &Policy) {
                 &c.source,
             );
         }
+        let unlisted = match (policy.network.value, policy.approvals.value) {
+            (NetworkMode::Strict, _) => "refused (strict mode never asks; grants do not apply)".to_string(),
+            (_, AskMode::Ask) => format!(
+                "held for a person's answer (`vetto approvals`, `vetto watch`) up to {}s when someone can answer, else refused and parked; persistent grants apply",
+                policy.approval_timeout.value
+            ),
+            (_, AskMode::Deny) => "refused at once and parked (unattended); persistent grants apply".to_string(),
+        };
+        b.note("network", "unlisted names", unlisted, &policy.approvals.source);
         for h in &policy.host_ports {
             b.note(
                 "network",

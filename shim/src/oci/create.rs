@@ -166,6 +166,7 @@ pub(super) fn create(
                         format!("container {policy}"),
                         prepared.approvals_db.clone(),
                         st.audit.as_ref().map_or(id, |s| s.id.as_str()),
+                        nix::unistd::geteuid().as_raw(),
                     )
                 });
                 network::attach(pid, net, &prepared.dir, recorded, approvals)
