@@ -154,6 +154,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // The audit store's directory exists before the sandbox is planned, so the plan masks it
     // (the key is made in it when the session's recorder opens, before anything runs).
     let audit_dir = audit::prepare(&args.audit)?;
+    // The approvals store lives there too, audited or not (the broker opens it): made now, so
+    // the plan masks it even for a project around it (HOME) and seals it from write roots.
+    if let Some(d) = vetto_broker::audit::user_dir() {
+        vetto_broker::audit::store::private_dir(&d)
+            .map_err(|e| anyhow::anyhow!(vetto_broker::error_chain(&e)))?;
+    }
     let (facts, policy, t) = match policy_cmd::build(&args.policy, "run") {
         Ok(b) => b,
         Err(e) => {

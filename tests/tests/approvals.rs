@@ -454,3 +454,27 @@ both!(explicit_policy_deny_beats_allow_and_grants, |f| {
     assert_eq!(hits.load(Ordering::SeqCst), 0);
     assert!(query(f, "approval_parked").is_empty(), "a policy deny never asks");
 });
+
+// The approvals store sits beside the audit store: masked even for a project that holds it
+// (HOME), audited or not, so the sandbox can neither read nor write a grant.
+both!(the_store_is_masked_from_a_project_around_it, |f| {
+    let dns = StubDns::start();
+    let p = policy(f, &dns, "");
+    let home = f.home.display().to_string();
+    let o = f.run_sh(
+        &["--no-audit", "--policy", &p, "--project", &home],
+        &format!(
+            "curl -s -p -o /dev/null http://{NAME}:1/ 2>/dev/null; \
+             d={home}/.local/state/vetto/audit; ls \"$d\" >/dev/null 2>&1 && echo listed; \
+             cat \"$d/approvals.db\" >/dev/null 2>&1 && echo read; \
+             (echo x >> \"$d/approvals.db\") 2>/dev/null && echo wrote; \
+             mv \"$d\" {home}/.local/state/vetto/moved 2>/dev/null && echo moved; echo done"
+        ),
+    );
+    assert_eq!(out(&o), "done\n", "{}", err(&o));
+    // The curl went through the broker, which had opened the store (and parked the name).
+    assert!(
+        f.home.join(".local/state/vetto/audit/approvals.db").exists(),
+        "the broker opened the store"
+    );
+});
