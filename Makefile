@@ -55,7 +55,7 @@ demo: release
 	bash scripts/demo.sh $(RELEASE_BIN)
 
 bench: release
-	$(CARGO) build --release -p vetto-broker --example audit_bench
+	$(CARGO) build --release -p vetto-broker --example audit_bench --example approval_bench
 	bash scripts/bench.sh $(RELEASE_BIN)
 
 man: build

@@ -158,4 +158,13 @@ else
 fi
 
 echo
+echo "== approvals: latency a persistent grant adds over an allowlist entry (the broker in-process, loopback only)"
+APB="$(dirname "$VETTO")/examples/approval_bench"
+if [ -x "$APB" ]; then
+  "$APB" "$work/approval-bench" "${BENCH_APPROVAL_CONNECTIONS:-1000}"
+else
+  echo "left out: $APB is missing (make bench builds it)"
+fi
+
+echo
 bash "$HERE/bench_oci.sh" "$(dirname "$VETTO")/vetto-shim"

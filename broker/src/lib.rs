@@ -61,7 +61,8 @@ mod socks5;
 pub mod target;
 
 pub use allow::{
-    AllowEntry, AllowError, CidrRule, Decision, DenyEntry, DenyReason, HostPattern, Policy, DEFAULT_PORT,
+    AllowEntry, AllowError, CidrRule, Decision, DenyEntry, DenyReason, HostPattern, Policy,
+    DEFAULT_PORT,
 };
 pub use classify::{
     check_answer_set, classify, classify_v4, classify_v6, in_cidrs, AddrClass, AnswerError,
@@ -69,11 +70,13 @@ pub use classify::{
 };
 pub use dns::UdpResolver;
 pub use ipnet::IpNet;
-pub use plan::{plan_connection, PlanError, Planned, Resolver, SystemResolver, SYSTEM_RESOLVE_TIMEOUT};
+pub use plan::{
+    plan_connection, PlanError, Planned, Resolver, SystemResolver, SYSTEM_RESOLVE_TIMEOUT,
+};
 pub use ratelimit::RateLimiter;
 pub use server::{
-    serve, serve_with_events, BrokerError, BrokerEvent, BrokerSpec, ConnEvent, EventDecision, ListenerKind,
-    DEFAULT_IDLE_TIMEOUT_SECS, MAX_MAX_CONNECTIONS,
+    serve, serve_with_events, BrokerError, BrokerEvent, BrokerSpec, ConnEvent, EventDecision,
+    ListenerKind, DEFAULT_IDLE_TIMEOUT_SECS, MAX_MAX_CONNECTIONS,
 };
 pub use target::{
     parse_connect_request_line, parse_host, parse_inet_aton, parse_port, DnsName, Host, Target,

@@ -371,7 +371,10 @@ impl BrokerSpec {
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
         // The rules store is opened when the broker starts, not here.
         let without_store = BrokerSpec {
-            approvals: self.approvals.clone().map(|a| ApprovalSpec { rules: None, ..a }),
+            approvals: self
+                .approvals
+                .clone()
+                .map(|a| ApprovalSpec { rules: None, ..a }),
             ..self.clone()
         };
         Shared::new(&without_store, events).map(drop)
@@ -406,7 +409,10 @@ pub async fn serve_with_events(
     if listeners.is_empty() {
         return Err(BrokerError::NoListeners);
     }
-    let control = match (&shared.gate, spec.approvals.as_ref().and_then(|a| a.control_fd)) {
+    let control = match (
+        &shared.gate,
+        spec.approvals.as_ref().and_then(|a| a.control_fd),
+    ) {
         (Some(gate), Some(fd)) => {
             // SAFETY: the spec hands this descriptor to `serve` for good (the sidecar placed
             // it for us alone); nothing else in this process owns or closes it.

@@ -16,7 +16,8 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::timeout;
 use vetto_broker::{
-    serve, serve_with_events, BrokerError, BrokerEvent, BrokerSpec, ConnEvent, EventDecision, ListenerKind,
+    serve, serve_with_events, BrokerError, BrokerEvent, BrokerSpec, ConnEvent, EventDecision,
+    ListenerKind,
 };
 
 const T: Duration = Duration::from_secs(10);
@@ -192,7 +193,9 @@ impl Broker {
 
     async fn event(&mut self) -> ConnEvent {
         loop {
-            if let BrokerEvent::Connection(e) = timeout(T, self.events.recv()).await.unwrap().unwrap() {
+            if let BrokerEvent::Connection(e) =
+                timeout(T, self.events.recv()).await.unwrap().unwrap()
+            {
                 return e;
             }
         }

@@ -93,11 +93,13 @@ fn record(w: Which, kind: EventKind) {
         return;
     };
     let cfg = AuditConfig::in_dir(&dir);
-    let res = Recorder::open(&cfg, &crate::session::new_id()).and_then(|mut r| {
-        r.record_batch(vec![(vetto_broker::audit::event::now_ms(), kind)], true)
-    });
+    let res = Recorder::open(&cfg, &crate::session::new_id())
+        .and_then(|mut r| r.record_batch(vec![(vetto_broker::audit::event::now_ms(), kind)], true));
     if let Err(e) = res {
-        eprintln!("vetto: approvals: the answer was kept, but not recorded in the audit trail: {}", error_chain(&e));
+        eprintln!(
+            "vetto: approvals: the answer was kept, but not recorded in the audit trail: {}",
+            error_chain(&e)
+        );
     }
 }
 
@@ -135,7 +137,11 @@ pub fn command(a: &ApprovalsArgs) -> Result<u8> {
             answer(w, id, Verdict::Grant, scope, dest.as_deref())
         }
         Some(ApprovalsCommand::Deny { id, always, dest }) => {
-            let scope = if *always { Scope::Always } else { Scope::Session };
+            let scope = if *always {
+                Scope::Always
+            } else {
+                Scope::Session
+            };
             answer(w, id, Verdict::Deny, scope, dest.as_deref())
         }
         Some(ApprovalsCommand::Revoke { id }) => revoke(w, id),
@@ -264,13 +270,7 @@ fn print_rule(r: &Rule) {
     );
 }
 
-fn answer(
-    w: Which,
-    id: &str,
-    verdict: Verdict,
-    scope: Scope,
-    dest: Option<&str>,
-) -> Result<u8> {
+fn answer(w: Which, id: &str, verdict: Verdict, scope: Scope, dest: Option<&str>) -> Result<u8> {
     if w.live() {
         for (sock, s) in live_sessions() {
             if s.pending.iter().any(|p| p.id == id) {
@@ -321,7 +321,10 @@ fn answer(
                     vetto_broker::AllowEntry::parse(&norm).is_ok_and(|e| e.allows(&n, port))
                 });
             if !covers {
-                bail!("{norm} does not cover the request's destination {}", p.destination);
+                bail!(
+                    "{norm} does not cover the request's destination {}",
+                    p.destination
+                );
             }
             norm
         }
@@ -423,7 +426,7 @@ fn follow() -> Result<u8> {
                     return;
                 }
                 let mut first = true;
-                while let Ok(r) = c.next() {
+                while let Ok(r) = c.recv() {
                     let Some(s) = r.status else {
                         let _ = tx.send(format!("error {}", r.message));
                         return;
@@ -433,10 +436,8 @@ fn follow() -> Result<u8> {
                         let _ = tx.send(format!("attached {} {}", s.session, s.scope));
                     }
                     for p in s.pending {
-                        let _ = tx.send(format!(
-                            "pending {} {} {}",
-                            p.id, s.session, p.destination
-                        ));
+                        let _ =
+                            tx.send(format!("pending {} {} {}", p.id, s.session, p.destination));
                     }
                 }
             });

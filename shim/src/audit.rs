@@ -526,7 +526,13 @@ fn describe(k: &EventKind) -> String {
         | EventKind::ApprovalParked(a) => {
             let mut s = format!("{} {}", a.id, a.destination);
             if let Some(sc) = a.scope {
-                s.push_str(&format!(" {}", serde_json::to_value(sc).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()));
+                s.push_str(&format!(
+                    " {}",
+                    serde_json::to_value(sc)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                ));
             }
             if let Some(by) = &a.answered_by {
                 s.push_str(&format!(" by {by}"));

@@ -318,7 +318,8 @@ pub fn explain(a: &PolicyArgs, json: bool) -> Result<()> {
             r.destination,
             match r.verdict {
                 vetto_broker::approvals::Verdict::Grant => "granted (skips asking)",
-                vetto_broker::approvals::Verdict::Deny => "denied (refused without asking, even if allowlisted)",
+                vetto_broker::approvals::Verdict::Deny =>
+                    "denied (refused without asking, even if allowlisted)",
             },
             r.id,
             r.created_by,

@@ -114,7 +114,10 @@ fn go(f: &Fixture) {
 }
 
 fn finish(mut r: Run) -> Output {
-    r.0.take().expect("running").wait_with_output().expect("wait")
+    r.0.take()
+        .expect("running")
+        .wait_with_output()
+        .expect("wait")
 }
 
 fn curl(port: u16) -> String {
@@ -151,7 +154,11 @@ both!(ask_waits_for_an_answer_from_outside, |f| {
     let run = start_run(
         f,
         &["--policy", &p],
-        &format!("({c}) > a & ({c}) > b & wait; cat a b; {v}", c = curl(port), v = curl_verbose(port)),
+        &format!(
+            "({c}) > a & ({c}) > b & wait; cat a b; {v}",
+            c = curl(port),
+            v = curl_verbose(port)
+        ),
     );
     follow.wait("attached", 20);
     go(f);
@@ -165,7 +172,11 @@ both!(ask_waits_for_an_answer_from_outside, |f| {
         v["sessions"][0]["pending"][0]["waiting"] == 2
     });
     assert!(both_waiting, "two connections did not wait on one approval");
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing passed before the answer");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "nothing passed before the answer"
+    );
     let o = f.vetto(&["approvals", "grant", &id]);
     assert!(o.status.success(), "{}", err(&o));
     assert!(out(&o).contains("granted"), "{}", out(&o));
@@ -178,7 +189,9 @@ both!(ask_waits_for_an_answer_from_outside, |f| {
     let o = finish(run);
     assert_eq!(
         out(&o),
-        format!("200\n200\n< HTTP/1.1 403 Forbidden\n< X-Vetto-Deny: approval-denied: {id2}\ndone\n"),
+        format!(
+            "200\n200\n< HTTP/1.1 403 Forbidden\n< X-Vetto-Deny: approval-denied: {id2}\ndone\n"
+        ),
         "{}",
         err(&o)
     );
@@ -191,14 +204,14 @@ both!(ask_waits_for_an_answer_from_outside, |f| {
     assert_eq!(g["scope"], "once");
     assert_eq!(g["waiting"], 2);
     let by = g["answered_by"].as_str().unwrap_or_default();
-    assert!(by.starts_with(&format!("uid {uid} (vetto approvals")), "{by}");
+    assert!(
+        by.starts_with(&format!("uid {uid} (vetto approvals")),
+        "{by}"
+    );
     assert_eq!(query(f, "approval_requested").len(), 2);
     assert_eq!(query(f, "approval_denied").len(), 1);
     let conns = query(f, "connection");
-    let through: Vec<_> = conns
-        .iter()
-        .filter(|c| c["decision"] == "allow")
-        .collect();
+    let through: Vec<_> = conns.iter().filter(|c| c["decision"] == "allow").collect();
     assert_eq!(through.len(), 2);
     for c in through {
         let basis = c["basis"].as_str().unwrap_or_default();
@@ -262,7 +275,11 @@ both!(always_persists_across_restarts_and_revoke_removes_it, |f| {
         .lines()
         .find(|l| l.contains(&format!("{NAME}:{port}")) && l.contains("grant"))
         .unwrap_or_else(|| panic!("no rule listed: {listing}"));
-    let rule = rule_line.split_whitespace().next().expect("rule id").to_string();
+    let rule = rule_line
+        .split_whitespace()
+        .next()
+        .expect("rule id")
+        .to_string();
     let o = f.vetto(&["policy", "explain", "--policy", &p]);
     assert!(
         out(&o).contains(&format!("{NAME}:{port}")) && out(&o).contains("grant --always"),
@@ -278,48 +295,59 @@ both!(always_persists_across_restarts_and_revoke_removes_it, |f| {
     assert_eq!(query(f, "approval_revoked").len(), 1);
 });
 
-both!(unattended_parks_and_a_later_grant_lets_the_next_run_through, |f| {
-    let dns = StubDns::start();
-    let (srv, hits) = http_server("127.0.0.2:0");
-    let port = srv.port();
-    dns.set(NAME, &["127.0.0.2"]);
-    let p = policy(f, &dns, "");
-    // No terminal, nobody attached: parked at once (no wait), as with --unattended and the
-    // ci profile's approvals.mode = "deny".
-    for flags in [
-        vec!["--policy", p.as_str()],
-        vec!["--policy", p.as_str(), "--unattended"],
-        vec!["--policy", p.as_str(), "--profile", "ci"],
-    ] {
-        let t = Instant::now();
-        let o = f.run_sh(&flags, &curl_verbose(port));
+both!(
+    unattended_parks_and_a_later_grant_lets_the_next_run_through,
+    |f| {
+        let dns = StubDns::start();
+        let (srv, hits) = http_server("127.0.0.2:0");
+        let port = srv.port();
+        dns.set(NAME, &["127.0.0.2"]);
+        let p = policy(f, &dns, "");
+        // No terminal, nobody attached: parked at once (no wait), as with --unattended and the
+        // ci profile's approvals.mode = "deny".
+        for flags in [
+            vec!["--policy", p.as_str()],
+            vec!["--policy", p.as_str(), "--unattended"],
+            vec!["--policy", p.as_str(), "--profile", "ci"],
+        ] {
+            let t = Instant::now();
+            let o = f.run_sh(&flags, &curl_verbose(port));
+            assert!(
+                out(&o).contains("< X-Vetto-Deny: approval-parked: "),
+                "{flags:?}: {}{}",
+                out(&o),
+                err(&o)
+            );
+            assert!(t.elapsed() < Duration::from_secs(30));
+        }
+        assert_eq!(hits.load(Ordering::SeqCst), 0);
+        let parked = query(f, "approval_parked");
+        assert_eq!(parked.len(), 3);
+        let id = parked[0]["id"].as_str().expect("id").to_string();
+        // One parked request, asked three times.
+        assert!(parked.iter().all(|e| e["id"] == id.as_str()));
+        let o = f.vetto(&["approvals"]);
         assert!(
-            out(&o).contains("< X-Vetto-Deny: approval-parked: "),
-            "{flags:?}: {}{}",
-            out(&o),
+            out(&o).contains(&id) && out(&o).contains("3 time(s)"),
+            "{}",
+            out(&o)
+        );
+        // Only --always applies to a parked request.
+        let o = f.vetto(&["approvals", "grant", &id]);
+        assert!(
+            !o.status.success() && err(&o).contains("Only --always"),
+            "{}",
             err(&o)
         );
-        assert!(t.elapsed() < Duration::from_secs(30));
+        let o = f.vetto(&["approvals", "grant", &id, "--always"]);
+        assert!(o.status.success(), "{}", err(&o));
+        let o = f.run_sh(&["--policy", &p, "--unattended"], &curl(port));
+        assert_eq!(out(&o), "200\n", "{}", err(&o));
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+        let g = query(f, "approval_granted");
+        assert_eq!(g.last().expect("granted")["scope"], "always");
     }
-    assert_eq!(hits.load(Ordering::SeqCst), 0);
-    let parked = query(f, "approval_parked");
-    assert_eq!(parked.len(), 3);
-    let id = parked[0]["id"].as_str().expect("id").to_string();
-    // One parked request, asked three times.
-    assert!(parked.iter().all(|e| e["id"] == id.as_str()));
-    let o = f.vetto(&["approvals"]);
-    assert!(out(&o).contains(&id) && out(&o).contains("3 time(s)"), "{}", out(&o));
-    // Only --always applies to a parked request.
-    let o = f.vetto(&["approvals", "grant", &id]);
-    assert!(!o.status.success() && err(&o).contains("Only --always"), "{}", err(&o));
-    let o = f.vetto(&["approvals", "grant", &id, "--always"]);
-    assert!(o.status.success(), "{}", err(&o));
-    let o = f.run_sh(&["--policy", &p, "--unattended"], &curl(port));
-    assert_eq!(out(&o), "200\n", "{}", err(&o));
-    assert_eq!(hits.load(Ordering::SeqCst), 1);
-    let g = query(f, "approval_granted");
-    assert_eq!(g.last().expect("granted")["scope"], "always");
-});
+);
 
 both!(the_sandbox_cannot_answer_its_own_prompt, |f| {
     let dns = StubDns::start();
@@ -369,7 +397,10 @@ both!(the_sandbox_cannot_answer_its_own_prompt, |f| {
     std::fs::write(&idf, &id).expect("w");
     f.own(&idf);
     // The sandbox has made its three attempts when `asked` appears; the request still waits.
-    assert!(vetto_integration::eventually(30, || f.proj.join("asked").exists()));
+    assert!(vetto_integration::eventually(30, || f
+        .proj
+        .join("asked")
+        .exists()));
     let o = f.vetto(&["approvals", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out(&o)).expect("json");
     assert_eq!(v["sessions"][0]["pending"][0]["id"], id.as_str(), "{v}");
@@ -378,7 +409,10 @@ both!(the_sandbox_cannot_answer_its_own_prompt, |f| {
     assert!(o.status.success(), "{}", err(&o));
     let o = finish(run);
     let text = out(&o);
-    assert!(text.contains("cli: ") && !text.contains("granted"), "{text}");
+    assert!(
+        text.contains("cli: ") && !text.contains("granted"),
+        "{text}"
+    );
     assert!(!text.contains("socket visible"), "{text}");
     assert!(text.contains("store unreadable"), "{text}");
     assert!(
@@ -387,16 +421,11 @@ both!(the_sandbox_cannot_answer_its_own_prompt, |f| {
     );
     assert!(text.contains("curl: 403"), "{text}\n{}", err(&o));
     assert_eq!(hits.load(Ordering::SeqCst), 0);
-    assert!(
-        RuleCount::of(f) == 0,
-        "the sandbox made a persistent rule"
-    );
+    assert!(RuleCount::of(f) == 0, "the sandbox made a persistent rule");
     // The refused attempt is in the audit trail.
     let refusals = query(f, "refusal");
     assert!(
-        refusals
-            .iter()
-            .any(|r| r["subject"] == "approvals control"),
+        refusals.iter().any(|r| r["subject"] == "approvals control"),
         "{refusals:?}"
     );
 });
@@ -452,7 +481,10 @@ both!(explicit_policy_deny_beats_allow_and_grants, |f| {
         err(&o)
     );
     assert_eq!(hits.load(Ordering::SeqCst), 0);
-    assert!(query(f, "approval_parked").is_empty(), "a policy deny never asks");
+    assert!(
+        query(f, "approval_parked").is_empty(),
+        "a policy deny never asks"
+    );
 });
 
 // The approvals store sits beside the audit store: masked even for a project that holds it
@@ -474,7 +506,9 @@ both!(the_store_is_masked_from_a_project_around_it, |f| {
     assert_eq!(out(&o), "done\n", "{}", err(&o));
     // The curl went through the broker, which had opened the store (and parked the name).
     assert!(
-        f.home.join(".local/state/vetto/audit/approvals.db").exists(),
+        f.home
+            .join(".local/state/vetto/audit/approvals.db")
+            .exists(),
         "the broker opened the store"
     );
 });

@@ -1236,11 +1236,17 @@ fn a_containers_unlisted_name_is_parked_and_a_later_grant_lets_the_next_one_thro
     let started = std::time::Instant::now();
     let o = w.run(&["--vetto-policy", &pol], "c-park");
     assert_eq!(out(&o), "refused\n", "{}{}", err(&o), w.last_error());
-    assert!(started.elapsed() < std::time::Duration::from_secs(30), "it waited");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "it waited"
+    );
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
     let parked = w.events("approval_parked");
     assert_eq!(parked.len(), 1, "{parked:?}");
-    assert_eq!(parked[0]["session"], w.events("session_start")[0]["session"]);
+    assert_eq!(
+        parked[0]["session"],
+        w.events("session_start")[0]["session"]
+    );
     let id = parked[0]["id"].as_str().expect("id").to_string();
     let o = vetto(&[]);
     assert!(

@@ -169,12 +169,14 @@ async fn connection(stream: tokio::net::UnixStream, gate: Arc<Gate>) {
         Ok(p) => p,
         Err(why) => {
             tracing::warn!("control socket: refused: {why}");
-            let _ = gate.events().send(BrokerEvent::Approval(EventKind::Refusal(Refusal {
-                subject: "approvals control".into(),
-                reasons: vec![why.clone()],
-                argv: vec![],
-                engine: Engine::Run,
-            })));
+            let _ = gate
+                .events()
+                .send(BrokerEvent::Approval(EventKind::Refusal(Refusal {
+                    subject: "approvals control".into(),
+                    reasons: vec![why.clone()],
+                    argv: vec![],
+                    engine: Engine::Run,
+                })));
             let (_, mut w) = stream.into_split();
             let _ = send(&mut w, &Reply::err(format!("refused: {why}"))).await;
             return;
@@ -316,7 +318,7 @@ impl Client {
     /// Send `req`; read one reply.
     pub fn call(&mut self, req: &Request) -> Result<Reply, ApprovalsError> {
         self.send(req)?;
-        self.next()
+        self.recv()
     }
 
     fn send(&mut self, req: &Request) -> Result<(), ApprovalsError> {
@@ -329,20 +331,22 @@ impl Client {
     }
 
     /// The next reply (for a subscription: the next status).
-    pub fn next(&mut self) -> Result<Reply, ApprovalsError> {
+    pub fn recv(&mut self) -> Result<Reply, ApprovalsError> {
         let mut line = String::new();
         let n = self
             .reader
             .read_line(&mut line)
             .map_err(|e| ApprovalsError::Control(format!("reading: {e}")))?;
         if n == 0 {
-            return Err(ApprovalsError::Control("the broker closed the connection".into()));
+            return Err(ApprovalsError::Control(
+                "the broker closed the connection".into(),
+            ));
         }
         serde_json::from_str(line.trim_end())
             .map_err(|e| ApprovalsError::Control(format!("bad reply: {e}")))
     }
 
-    /// Subscribe: from now on [`Client::next`] returns each new status (no read timeout).
+    /// Subscribe: from now on [`Client::recv`] returns each new status (no read timeout).
     pub fn subscribe(&mut self) -> Result<(), ApprovalsError> {
         self.send(&Request::Subscribe)?;
         self.reader
@@ -351,7 +355,7 @@ impl Client {
             .map_err(|e| ApprovalsError::Control(format!("{e}")))
     }
 
-    /// Set how long [`Client::next`] waits.
+    /// Set how long [`Client::recv`] waits.
     pub fn set_timeout(&mut self, t: Option<Duration>) -> Result<(), ApprovalsError> {
         self.reader
             .get_ref()

@@ -309,10 +309,9 @@ impl Gate {
                 .find(|r| pattern_matches(&r.destination, name, port))
             {
                 return match r.verdict {
-                    Verdict::Grant => Ok(format!(
-                        "grant --session by {} (approval {})",
-                        r.by, r.id
-                    )),
+                    Verdict::Grant => {
+                        Ok(format!("grant --session by {} (approval {})", r.by, r.id))
+                    }
                     Verdict::Deny => Err(GateRefusal::SessionDenial {
                         destination,
                         id: r.id.clone(),

@@ -1,11 +1,11 @@
 //! Approvals: allow / ask / deny for network destinations that the policy does not list.
 //!
 //! - [`gate`]: the broker's side. The one place where the precedence is applied, after the
-//!   policy's own decision: explicit policy deny (`network.deny`, in [`crate::Policy::decide`])
-//!   > persistent denial > explicit allow > this session's answers > persistent grant > ask
-//!   (or park, when nobody can answer). A grant only ever reopens a *name* the policy did not
-//!   list, in `allowlist` mode: never a strict-mode refusal, never an IP literal, and the
-//!   answer-set check still runs after it.
+//!   policy's own decision, first rule first: an explicit policy deny (`network.deny`, in
+//!   [`crate::Policy::decide`]); a persistent denial; an explicit allow; this session's
+//!   answers; a persistent grant; ask (or park, when nobody can answer). A grant only ever
+//!   reopens a *name* the policy did not list, in `allowlist` mode: never a strict-mode
+//!   refusal, never an IP literal, and the answer-set check still runs after it.
 //! - [`rules`]: persistent grants and denials and parked requests (SQLite, outside the
 //!   sandbox).
 //! - [`control`]: the control socket (0600 in the user's runtime directory, never inside a

@@ -163,7 +163,8 @@ impl RuleStore {
             .map_err(sql("setting the busy timeout"))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(sql("WAL mode"))?;
-        conn.execute_batch(SCHEMA).map_err(sql("creating the schema"))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(sql("creating the schema"))?;
         Ok(RuleStore {
             conn,
             path: path.to_path_buf(),
@@ -412,10 +413,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("approvals.db");
         let s = RuleStore::open(&path).unwrap();
-        let a = s.park("aaaa0001", "project /p", "x.test:443", "s1").unwrap();
-        let b = s.park("bbbb0002", "project /p", "x.test:443", "s2").unwrap();
+        let a = s
+            .park("aaaa0001", "project /p", "x.test:443", "s1")
+            .unwrap();
+        let b = s
+            .park("bbbb0002", "project /p", "x.test:443", "s2")
+            .unwrap();
         assert_eq!(a.id, "aaaa0001");
-        assert_eq!((a.id.clone(), b.count, b.session.as_str()), (b.id.clone(), 2, "s2"));
+        assert_eq!(
+            (a.id.clone(), b.count, b.session.as_str()),
+            (b.id.clone(), 2, "s2")
+        );
         drop(s);
         // Survives a reopen.
         let s = RuleStore::open(&path).unwrap();

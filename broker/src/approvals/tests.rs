@@ -105,7 +105,13 @@ async fn precedence_policy_deny_then_denial_then_allow_then_grant() {
     let p = policy(&["listed.test", "both.test"], &["*.blocked.test"], false);
     // A persistent grant cannot reopen a policy deny.
     store
-        .add("project /p", "x.blocked.test:443", Verdict::Grant, "uid 0", "t")
+        .add(
+            "project /p",
+            "x.blocked.test:443",
+            Verdict::Grant,
+            "uid 0",
+            "t",
+        )
         .unwrap();
     assert!(gate_code(plan(&p, &w.gate, "x.blocked.test:443").await).contains("network.deny"));
     // A persistent denial beats the allowlist.
@@ -120,9 +126,18 @@ async fn precedence_policy_deny_then_denial_then_allow_then_grant() {
     assert_eq!(plan(&p, &w.gate, "listed.test:443").await.unwrap(), None);
     // A persistent grant lets an unlisted name through, and says so.
     store
-        .add("project /p", "granted.test:443", Verdict::Grant, "uid 0", "t")
+        .add(
+            "project /p",
+            "granted.test:443",
+            Verdict::Grant,
+            "uid 0",
+            "t",
+        )
         .unwrap();
-    let basis = plan(&p, &w.gate, "granted.test:443").await.unwrap().unwrap();
+    let basis = plan(&p, &w.gate, "granted.test:443")
+        .await
+        .unwrap()
+        .unwrap();
     assert!(basis.starts_with("persistent grant"), "{basis}");
     // Other scopes' rules do not apply.
     store
@@ -139,10 +154,22 @@ async fn a_grant_never_widens_past_the_mode() {
     let w = world(GateMode::Ask, true, 5);
     let store = RuleStore::open(&w.db).unwrap();
     store
-        .add("project /p", "granted.test:443", Verdict::Grant, "uid 0", "t")
+        .add(
+            "project /p",
+            "granted.test:443",
+            Verdict::Grant,
+            "uid 0",
+            "t",
+        )
         .unwrap();
     store
-        .add("project /p", "granted.test:80", Verdict::Grant, "uid 0", "t")
+        .add(
+            "project /p",
+            "granted.test:80",
+            Verdict::Grant,
+            "uid 0",
+            "t",
+        )
         .unwrap();
     // Strict: no grant applies, nothing asks.
     let strict = policy(&[], &[], true);
@@ -166,7 +193,13 @@ async fn a_grant_never_widens_past_the_mode() {
     let off = world(GateMode::Off, true, 5);
     RuleStore::open(&off.db)
         .unwrap()
-        .add("project /p", "granted.test:443", Verdict::Grant, "uid 0", "t")
+        .add(
+            "project /p",
+            "granted.test:443",
+            Verdict::Grant,
+            "uid 0",
+            "t",
+        )
         .unwrap();
     assert!(gate_code(plan(&p, &off.gate, "granted.test:443").await).starts_with("denied"));
 }
@@ -178,9 +211,9 @@ async fn many_connections_wait_on_one_approval_and_a_grant_once_lets_them_throug
     let mut waiters = vec![];
     for _ in 0..3 {
         let (p, g) = (Arc::clone(&p), Arc::clone(&w.gate));
-        waiters.push(tokio::spawn(async move {
-            plan(&p, &g, "new.test:443").await
-        }));
+        waiters.push(tokio::spawn(
+            async move { plan(&p, &g, "new.test:443").await },
+        ));
     }
     tokio::time::sleep(Duration::from_millis(10)).await;
     let st = w.gate.status();
@@ -192,12 +225,19 @@ async fn many_connections_wait_on_one_approval_and_a_grant_once_lets_them_throug
         .unwrap();
     for h in waiters {
         let basis = h.await.unwrap().unwrap().unwrap();
-        assert_eq!(basis, format!("grant --once by uid 7 (test) (approval {id})"));
+        assert_eq!(
+            basis,
+            format!("grant --once by uid 7 (test) (approval {id})")
+        );
     }
-    assert_eq!(kinds(&mut w.events), ["approval_requested", "approval_granted"]);
+    assert_eq!(
+        kinds(&mut w.events),
+        ["approval_requested", "approval_granted"]
+    );
     // Once means once: the next connection asks again.
     let g = Arc::clone(&w.gate);
-    let next = tokio::spawn(async move { plan(&policy(&[], &[], false), &g, "new.test:443").await });
+    let next =
+        tokio::spawn(async move { plan(&policy(&[], &[], false), &g, "new.test:443").await });
     tokio::time::sleep(Duration::from_millis(10)).await;
     let id2 = w.gate.status().pending[0].id.clone();
     assert_ne!(id, id2);
@@ -220,7 +260,10 @@ async fn many_connections_wait_on_one_approval_and_a_grant_once_lets_them_throug
 async fn session_and_always_answers_hold_and_always_persists() {
     let w = world(GateMode::Ask, true, 60);
     let p = Arc::new(policy(&[], &[], false));
-    for (dest, scope) in [("s.test:443", Scope::Session), ("a.test:443", Scope::Always)] {
+    for (dest, scope) in [
+        ("s.test:443", Scope::Session),
+        ("a.test:443", Scope::Always),
+    ] {
         let (pp, g) = (Arc::clone(&p), Arc::clone(&w.gate));
         let h = tokio::spawn(async move { plan(&pp, &g, dest).await });
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -242,7 +285,13 @@ async fn session_and_always_answers_hold_and_always_persists() {
     let id = w.gate.status().pending[0].id.clone();
     assert!(w
         .gate
-        .answer(&id, Verdict::Grant, Scope::Always, Some("*.other.test"), "u")
+        .answer(
+            &id,
+            Verdict::Grant,
+            Scope::Always,
+            Some("*.other.test"),
+            "u"
+        )
         .is_err());
     assert!(w
         .gate
@@ -252,7 +301,10 @@ async fn session_and_always_answers_hold_and_always_persists() {
         .answer(&id, Verdict::Grant, Scope::Always, Some("*.wild.test"), "u")
         .unwrap();
     assert!(h.await.unwrap().is_ok());
-    assert!(plan(&p, &w.gate, "y.wild.test:443").await.unwrap().is_some());
+    assert!(plan(&p, &w.gate, "y.wild.test:443")
+        .await
+        .unwrap()
+        .is_some());
 }
 
 #[tokio::test(start_paused = true)]
@@ -263,9 +315,15 @@ async fn timeout_refuses_records_and_parks() {
     let Err(PlanError::Gate(GateRefusal::Timeout { id, .. })) = r else {
         panic!("{r:?}");
     };
-    assert_eq!(kinds(&mut w.events), ["approval_requested", "approval_timeout"]);
+    assert_eq!(
+        kinds(&mut w.events),
+        ["approval_requested", "approval_timeout"]
+    );
     let parked = RuleStore::open(&w.db).unwrap().parked().unwrap();
-    assert_eq!((parked[0].id.as_str(), parked[0].destination.as_str()), (id.as_str(), "slow.test:443"));
+    assert_eq!(
+        (parked[0].id.as_str(), parked[0].destination.as_str()),
+        (id.as_str(), "slow.test:443")
+    );
 }
 
 #[tokio::test]
@@ -285,7 +343,13 @@ async fn nobody_to_answer_parks_at_once_and_a_later_always_grant_lets_the_next_r
     assert_eq!(parked.count, 2);
     // The operator grants it for good (as `vetto approvals grant ID --always` does).
     store
-        .add(&parked.scope, &parked.destination, Verdict::Grant, "uid 0", "t")
+        .add(
+            &parked.scope,
+            &parked.destination,
+            Verdict::Grant,
+            "uid 0",
+            "t",
+        )
         .unwrap();
     assert!(plan(&p, &w.gate, "later.test:443").await.unwrap().is_some());
     // Attached operator: asks instead of parking.

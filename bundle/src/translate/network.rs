@@ -176,7 +176,12 @@ pub(super) fn note(b: &mut Builder, policy: &Policy) {
             ),
             (_, AskMode::Deny) => "refused at once and parked (unattended); persistent grants apply".to_string(),
         };
-        b.note("network", "unlisted names", unlisted, &policy.approvals.source);
+        b.note(
+            "network",
+            "unlisted names",
+            unlisted,
+            &policy.approvals.source,
+        );
         for h in &policy.host_ports {
             b.note(
                 "network",

@@ -158,7 +158,11 @@ pub(super) fn create(
                 // Nobody answers a container's prompt: unlisted names are parked for a later
                 // `vetto approvals --shim grant ID --always`, scoped by the container's policy.
                 let approvals = net.broker.as_ref().map(|b| {
-                    let policy = prepared.state.plan.as_ref().map_or("-", |p| p.policy.as_str());
+                    let policy = prepared
+                        .state
+                        .plan
+                        .as_ref()
+                        .map_or("-", |p| p.policy.as_str());
                     crate::sidecar::approvals_spec(
                         b,
                         true,
