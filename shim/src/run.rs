@@ -224,6 +224,14 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             );
         }
     }
+    // The approvals store the broker will open: a store that cannot be opened stops the run
+    // here, before anything starts.
+    if t.plan.network.broker.is_some() {
+        if let Some(db) = vetto_broker::audit::user_dir().map(|d| d.join("approvals.db")) {
+            vetto_broker::approvals::RuleStore::open(&db)
+                .map_err(|e| anyhow::anyhow!(vetto_broker::error_chain(&e)))?;
+        }
+    }
     session::sweep_stale(&root);
     let sess = session::create(&root)?;
     let bundle = sess.bundle();

@@ -187,7 +187,7 @@ both!(a_denied_connection_is_recorded_and_summarised, |f| {
     assert_eq!(out(&o), "ping\nafter\n", "{}", err(&o));
     let e = err(&o);
     assert!(
-        e.contains("denied:") && e.contains("denied.test.vetto:443  (not-allowlisted ×1)"),
+        e.contains("denied:") && e.contains("denied.test.vetto:443  (approval-parked ×1)"),
         "{e}"
     );
     let conns = events(f, &["--kind", "connection"]);
@@ -197,7 +197,8 @@ both!(a_denied_connection_is_recorded_and_summarised, |f| {
         .find(|c| c["decision"] == "deny")
         .expect("a denied connection");
     assert_eq!(denied["destination"], "denied.test.vetto:443");
-    assert_eq!(denied["reason"], "not-allowlisted");
+    // Not listed, nobody to answer (no terminal, nothing attached): refused and parked.
+    assert_eq!(denied["reason"], "approval-parked");
     assert!(denied["dialled"].is_null());
     let allowed = conns
         .iter()

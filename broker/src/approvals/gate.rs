@@ -51,11 +51,12 @@ pub enum GateRefusal {
         by: String,
     },
     /// Nobody answered in time.
-    #[error("{destination} refused: nobody answered approval {id} within {secs}s (parked: `vetto approvals grant {id} --always` lets a later run through)")]
+    #[error("{destination} refused: nobody answered within {secs}s; parked as {id}: `vetto approvals grant {id} --always` lets a later run through")]
     Timeout {
         /// `host:port`.
         destination: String,
-        /// The approval.
+        /// The parked request (the approval's own id, unless one was parked earlier for the
+        /// same destination).
         id: String,
         /// The timeout.
         secs: u64,
@@ -109,7 +110,9 @@ impl GateRefusal {
 enum Outcome {
     Granted(String),
     Denied(String),
-    TimedOut,
+    /// With the id it was parked under (the request's own, or one parked earlier for the same
+    /// destination).
+    TimedOut(String),
 }
 
 /// One request waiting for an answer (all connections to its destination share it).
@@ -419,13 +422,17 @@ impl Gate {
             gate: self,
             id: id.clone(),
         };
-        let outcome = tokio::time::timeout_at(deadline, rx.wait_for(Option::is_some)).await;
-        let outcome = match outcome {
-            Ok(Ok(o)) => o.clone(),
-            // The sender went away without an answer, or time is up.
-            Ok(Err(_)) | Err(_) => {
+        let answered = tokio::time::timeout_at(deadline, rx.wait_for(Option::is_some))
+            .await
+            .ok()
+            .and_then(|r| r.ok().map(|o| o.clone()));
+        let outcome = match answered {
+            Some(o) => o,
+            // Time is up (or the sender went away): expire it, unless an answer came first,
+            // in which case that answer is what `rx` now holds.
+            None => {
                 self.expire(&id);
-                Some(Outcome::TimedOut)
+                rx.borrow().clone()
             }
         };
         match outcome {
@@ -435,7 +442,12 @@ impl Gate {
                 id,
                 by,
             }),
-            Some(Outcome::TimedOut) | None => Err(GateRefusal::Timeout {
+            Some(Outcome::TimedOut(parked)) => Err(GateRefusal::Timeout {
+                destination,
+                id: parked,
+                secs: self.spec.timeout_secs,
+            }),
+            None => Err(GateRefusal::Timeout {
                 destination,
                 id,
                 secs: self.spec.timeout_secs,
@@ -452,7 +464,18 @@ impl Gate {
             };
             inner.pending.remove(i)
         };
-        p.tx.send_replace(Some(Outcome::TimedOut));
+        // Kept for a later `--always` grant, as an unattended ask is (under the id already
+        // parked for the destination, if there is one).
+        let parked = self
+            .rules
+            .as_ref()
+            .and_then(|r| {
+                lock(r)
+                    .park(&p.id, &self.spec.scope, &p.destination, &self.spec.session)
+                    .ok()
+            })
+            .map_or_else(|| p.id.clone(), |parked| parked.id);
+        p.tx.send_replace(Some(Outcome::TimedOut(parked)));
         self.emit(EventKind::ApprovalTimeout(Approval {
             id: p.id.clone(),
             destination: p.destination.clone(),
@@ -460,10 +483,6 @@ impl Gate {
             answered_by: None,
             waiting: p.waiting,
         }));
-        // Kept for a later `--always` grant, as an unattended ask is.
-        if let Some(rules) = &self.rules {
-            let _ = lock(rules).park(&p.id, &self.spec.scope, &p.destination, &self.spec.session);
-        }
         self.changed();
     }
 
