@@ -7,9 +7,11 @@
 //! line whenever something changes; while it is open the session counts as attended).
 //!
 //! Every peer is checked before a byte of it is read (`SO_PEERCRED`): its uid must be the
-//! session owner's, and it must live in the broker's own user and PID namespaces. A process
-//! in any sandbox lives in other namespaces, so even a copy of the socket (a bind, a
-//! hard link, a passed descriptor) gets it nothing but a refusal, which is recorded.
+//! session owner's, it must live in the broker's own PID namespace, and not in a user
+//! namespace below the broker's (the supervisor's private one, which every sandbox of the
+//! session lives below). A process in any sandbox lives in other namespaces, so even a copy
+//! of the socket (a bind, a hard link, a passed descriptor) gets it nothing but a refusal,
+//! which is recorded.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
@@ -102,8 +104,31 @@ fn ns(pid: i32, kind: &str) -> std::io::Result<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))
 }
 
-/// Check a peer: the owner's uid, in our own user and PID namespaces. Returns the uid and
-/// pid, or why not.
+/// How many PID namespaces deep `pid` is, counted from the one `/proc` shows: the length of
+/// the `NSpid` line of its status (one pid per level), which anyone may read, whatever
+/// namespace the process is in.
+fn pid_depth(pid: i32) -> Result<usize, String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("reading /proc/{pid}/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|l| l.split_whitespace().count())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("/proc/{pid}/status has no NSpid line"))
+}
+
+/// Check a peer: the owner's uid, in our own PID namespace, and not in a user namespace below
+/// ours. Returns the uid and pid, or why not.
+///
+/// The broker runs in the supervisor's private user namespace, below the user's own (where
+/// `vetto approvals` and `vetto watch` run), and every sandbox of the session lives below the
+/// broker's. So the PID namespace is compared by depth (a peer the broker can see at all is
+/// in its namespace or below it, and only the former is as deep), and the user namespace by
+/// what the broker may read of it: it holds every capability over its own namespace and those
+/// below it, so it can read the namespace of any process in them; the namespace of a process
+/// above or beside it (the kernel refuses: no capability there) is not a sandbox's of this
+/// session, and a sandbox of any other session is in a PID namespace of its own.
 pub fn check_peer(fd: impl AsFd, owner: u32) -> Result<(u32, i32), String> {
     let cred = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::PeerCredentials)
         .map_err(|e| format!("no peer credentials: {e}"))?;
@@ -117,23 +142,32 @@ pub fn check_peer(fd: impl AsFd, owner: u32) -> Result<(u32, i32), String> {
     if pid <= 0 {
         return Err(format!("peer uid {uid} has no pid in the broker's PID namespace"));
     }
-    for kind in ["pid", "user"] {
-        let mine = ns(std::process::id() as i32, kind)
-            .map_err(|e| format!("reading the broker's own {kind} namespace: {e}"))?;
-        match ns(pid, kind) {
-            Ok(theirs) if theirs == mine => {}
-            Ok(theirs) => {
-                return Err(format!(
-                    "peer pid {pid} is in another {kind} namespace ({}), not the broker's ({}): a sandboxed process",
-                    theirs.display(),
-                    mine.display()
-                ))
-            }
-            Err(e) => {
-                return Err(format!(
-                    "peer pid {pid}: its {kind} namespace cannot be read ({e}): refused"
-                ))
-            }
+    let mine = pid_depth(std::process::id() as i32)
+        .map_err(|e| format!("the broker's own PID namespace: {e}"))?;
+    let theirs = pid_depth(pid).map_err(|e| format!("peer pid {pid}: {e}: refused"))?;
+    if theirs != mine {
+        return Err(format!(
+            "peer pid {pid} is in another PID namespace ({theirs} level(s) deep, the broker's {mine}): a sandboxed process"
+        ));
+    }
+    let mine = ns(std::process::id() as i32, "user")
+        .map_err(|e| format!("reading the broker's own user namespace: {e}"))?;
+    match ns(pid, "user") {
+        // The supervisor's own namespace.
+        Ok(theirs) if theirs == mine => {}
+        Ok(theirs) => {
+            return Err(format!(
+                "peer pid {pid} is in a user namespace below the broker's ({}, not {}): a sandboxed process",
+                theirs.display(),
+                mine.display()
+            ))
+        }
+        // Above or beside the broker's: the user's own.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+        Err(e) => {
+            return Err(format!(
+                "peer pid {pid}: its user namespace cannot be read ({e}): refused"
+            ))
         }
     }
     Ok((uid, pid))
