@@ -495,7 +495,8 @@ pub fn command(c: &AuditCommand) -> Result<u8> {
     }
 }
 
-fn describe(k: &EventKind) -> String {
+/// One line about an event, as `vetto audit query` and `vetto watch` show it.
+pub fn describe(k: &EventKind) -> String {
     match k {
         EventKind::SessionStart(s) => format!("{} ({})", s.argv.join(" "), s.project),
         EventKind::SessionEnd(e) => format!(
