@@ -690,6 +690,8 @@ pub(crate) struct Refusal {
     pub(crate) socks: u8,
     /// One sentence for the body and the event.
     pub(crate) detail: String,
+    /// For the event instead of `detail`, when the client must not see all of it.
+    pub(crate) record: Option<String>,
 }
 
 pub(crate) mod socks_rep {
@@ -718,6 +720,7 @@ impl Refusal {
             status,
             socks,
             detail,
+            record: None,
         }
     }
 
@@ -749,15 +752,13 @@ impl Refusal {
         }
     }
 
+    /// The sandbox is told the reason without ids or paths ([`GateRefusal::public`]); the
+    /// connection's record keeps all of it.
     fn gate(g: &GateRefusal) -> Self {
-        let mut r = Self::deny(g.code(), 403, socks_rep::NOT_ALLOWED, g.to_string());
-        // The approval's id, for the person reading the refusal.
-        if let GateRefusal::Parked { id, .. }
-        | GateRefusal::Timeout { id, .. }
-        | GateRefusal::Denied { id, .. }
-        | GateRefusal::SessionDenial { id, .. } = g
-        {
-            r.header = format!("{}: {id}", g.code());
+        let mut r = Self::deny(g.code(), 403, socks_rep::NOT_ALLOWED, g.public());
+        r.record = Some(g.to_string());
+        if let GateRefusal::Store { .. } = g {
+            tracing::error!("{g}");
         }
         r
     }
@@ -915,7 +916,7 @@ impl Record {
     pub(crate) fn refuse(&mut self, r: &Refusal) {
         self.decision = r.decision;
         self.reason = r.code.to_string();
-        self.detail = Some(r.detail.clone());
+        self.detail = Some(r.record.clone().unwrap_or_else(|| r.detail.clone()));
     }
 
     /// A refusal for a protocol violation or a client that went away.

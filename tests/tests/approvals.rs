@@ -189,9 +189,7 @@ both!(ask_waits_for_an_answer_from_outside, |f| {
     let o = finish(run);
     assert_eq!(
         out(&o),
-        format!(
-            "200\n200\n< HTTP/1.1 403 Forbidden\n< X-Vetto-Deny: approval-denied: {id2}\ndone\n"
-        ),
+        "200\n200\n< HTTP/1.1 403 Forbidden\n< X-Vetto-Deny: approval-denied\ndone\n",
         "{}",
         err(&o)
     );
@@ -235,7 +233,7 @@ both!(timeout_denies_records_and_parks, |f| {
     let o = finish(run);
     assert_eq!(
         out(&o),
-        format!("< HTTP/1.1 403 Forbidden\n< X-Vetto-Deny: approval-timeout: {id}\ndone\n"),
+        "< HTTP/1.1 403 Forbidden\n< X-Vetto-Deny: approval-timeout\ndone\n",
         "{}",
         err(&o)
     );
@@ -313,7 +311,7 @@ both!(
             let t = Instant::now();
             let o = f.run_sh(&flags, &curl_verbose(port));
             assert!(
-                out(&o).contains("< X-Vetto-Deny: approval-parked: "),
+                out(&o).contains("< X-Vetto-Deny: approval-parked\n"),
                 "{flags:?}: {}{}",
                 out(&o),
                 err(&o)
@@ -446,10 +444,22 @@ both!(a_granted_name_with_a_private_answer_is_still_refused, |f| {
     // 127.0.0.1 is loopback, outside the test's allow_cidrs (127.0.0.2/32).
     dns.set(NAME, &["127.0.0.2"]);
     let p = policy(f, &dns, "");
-    let o = f.run_sh(&["--policy", &p], &curl_verbose(port));
+    // The whole refusal, as the sandbox sees it.
+    let raw = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/3128; printf 'CONNECT {NAME}:{port} HTTP/1.1\\r\\nHost: {NAME}:{port}\\r\\n\\r\\n' >&3; cat <&3"
+    );
+    let o = f.run_argv(&["--policy", &p], &["/bin/bash", "-c", &raw]);
     let parked = query(f, "approval_parked");
     let id = parked[0]["id"].as_str().expect("id").to_string();
-    assert!(out(&o).contains(&id));
+    // The sandbox is told why, never the id (an authorisation's handle it could replay to the
+    // operator on the terminal they share).
+    assert!(
+        out(&o).contains("X-Vetto-Deny: approval-parked\r\n"),
+        "{}",
+        out(&o)
+    );
+    assert!(out(&o).contains("kept for the operator"), "{}", out(&o));
+    assert!(!out(&o).contains(&id), "{}", out(&o));
     let o = f.vetto(&["approvals", "grant", &id, "--always"]);
     assert!(o.status.success(), "{}", err(&o));
     dns.set(NAME, &["127.0.0.1"]);
@@ -488,7 +498,9 @@ both!(explicit_policy_deny_beats_allow_and_grants, |f| {
 });
 
 // The approvals store sits beside the audit store: masked even for a project that holds it
-// (HOME), audited or not, so the sandbox can neither read nor write a grant.
+// (HOME), audited or not, and every directory above it pinned as a mount point, so the sandbox
+// can neither read nor write a grant, nor move the directory aside and plant one of its own
+// for the next session.
 both!(the_store_is_masked_from_a_project_around_it, |f| {
     let dns = StubDns::start();
     let p = policy(f, &dns, "");
@@ -500,7 +512,13 @@ both!(the_store_is_masked_from_a_project_around_it, |f| {
              d={home}/.local/state/vetto/audit; ls \"$d\" >/dev/null 2>&1 && echo listed; \
              cat \"$d/approvals.db\" >/dev/null 2>&1 && echo read; \
              (echo x >> \"$d/approvals.db\") 2>/dev/null && echo wrote; \
-             mv \"$d\" {home}/.local/state/vetto/moved 2>/dev/null && echo moved; echo done"
+             mv \"$d\" {home}/.local/state/vetto/moved 2>/dev/null && echo moved; \
+             for a in {home}/.local/state/vetto {home}/.local/state {home}/.local; do \
+               mv \"$a\" \"$a.aside\" 2>/dev/null && echo \"moved $a\"; \
+               rm -rf \"$a\" 2>/dev/null; [ -d \"$a\" ] || echo \"removed $a\"; \
+             done; \
+             mkdir -p /tmp/fake/vetto/audit && mv -T /tmp/fake/vetto {home}/.local/state/vetto 2>/dev/null && echo replaced; \
+             echo done"
         ),
     );
     assert_eq!(out(&o), "done\n", "{}", err(&o));

@@ -92,6 +92,37 @@ pub enum GateRefusal {
 }
 
 impl GateRefusal {
+    /// What the sandboxed client is told: the reason, without approval ids, rule ids, names
+    /// or paths. An id is an authorisation's handle, and text the sandbox has can be replayed
+    /// to the operator on the terminal they share ("grant 1a2b3c4d"): the operator reads ids
+    /// and destinations only from `vetto approvals` and `vetto watch`. (The audit record keeps
+    /// the full text, [`GateRefusal`]'s `Display`.)
+    pub fn public(&self) -> String {
+        match self {
+            GateRefusal::PersistentDenial { destination, .. } => {
+                format!("{destination} refused by a persistent denial for this project")
+            }
+            GateRefusal::SessionDenial { destination, .. } | GateRefusal::Denied { destination, .. } => {
+                format!("{destination} refused by the operator")
+            }
+            GateRefusal::Timeout { destination, secs, .. } => format!(
+                "{destination} is not in the allowlist and nobody answered within {secs}s; the request is kept for the operator (`vetto approvals`)"
+            ),
+            GateRefusal::Parked { destination, .. } => format!(
+                "{destination} is not in the allowlist and nobody can answer here; the request is kept for the operator (`vetto approvals`)"
+            ),
+            GateRefusal::Unattended { destination } => {
+                format!("{destination} is not in the allowlist and nobody can answer here")
+            }
+            GateRefusal::TooManyPending { destination } => format!(
+                "{destination} refused: {MAX_PENDING} other destinations already wait for an answer"
+            ),
+            GateRefusal::Store { destination, .. } => format!(
+                "{destination} refused: the approvals store failed (see the session's audit trail)"
+            ),
+        }
+    }
+
     /// The short reason code (`X-Vetto-Deny`, the connection event's `reason`).
     pub fn code(&self) -> &'static str {
         match self {
@@ -408,9 +439,12 @@ impl Gate {
                     waiting: 1,
                 }));
                 if self.spec.terminal {
+                    // No id here: this terminal is the sandbox's too, and it could print a
+                    // look-alike line. The operator answers from `vetto approvals` or
+                    // `vetto watch`, which show the broker's own view of the request.
                     eprintln!(
-                        "vetto: {destination} is not in the allowlist and waits for your answer (approval {id}): \
-                         `vetto approvals grant {id}` or `vetto watch` in another terminal; refused in {}s",
+                        "vetto: a destination not in the allowlist waits for your answer: \
+                         run `vetto approvals` or `vetto watch` in another terminal (refused in {}s)",
                         self.spec.timeout_secs
                     );
                 }

@@ -51,31 +51,63 @@ pub fn record_hash(store_id: &str, seq: u64, prev: &str, body: &str) -> String {
 
 /// Open (or create, 0600) one of the store's own files for reading and writing, without
 /// following a symlink and without passing it across an exec.
+/// An existing file must be a regular file of this user's that nobody else may read or write.
 pub(crate) fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
+    use std::os::unix::fs::MetadataExt;
+    let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+        .open(path)?;
+    let m = f.metadata()?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_file() || m.uid() != me || m.mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "not a private file of this user (owner uid {}, mode {:o}; expected uid {me}, mode 0600): refusing to trust it",
+            m.uid(),
+            m.mode() & 0o7777
+        )));
+    }
+    Ok(f)
 }
 
-/// Create `dir` (and its parents) if needed; a directory vetto creates is 0700.
+/// Create `dir` (and its parents) if needed; a directory vetto creates is 0700. An existing
+/// one must be a real directory (not a symlink) of this user's that nobody else may write or
+/// read: vetto's state is trusted only where it made it.
 pub fn private_dir(dir: &Path) -> Result<(), AuditError> {
-    if dir.is_dir() {
-        return Ok(());
+    use std::os::unix::fs::MetadataExt;
+    let err = |what: String, source| AuditError::Io {
+        what,
+        path: dir.to_path_buf(),
+        source,
+    };
+    if std::fs::symlink_metadata(dir).is_err() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| err("creating the audit directory".into(), source))?;
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|source| AuditError::Io {
-            what: "creating the audit directory".into(),
-            path: dir.to_path_buf(),
-            source,
-        })
+    let m = std::fs::symlink_metadata(dir)
+        .map_err(|source| err("checking the audit directory".into(), source))?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
+        return Err(err(
+            format!(
+                "refusing the audit directory (it must be a directory, not a symlink, owned by uid {me} with mode 0700; found {} owned by uid {} mode {:o}):",
+                if m.file_type().is_symlink() { "a symlink" } else if m.is_dir() { "a directory" } else { "a file" },
+                m.uid(),
+                m.mode() & 0o7777
+            ),
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        ));
+    }
+    Ok(())
 }
 
 /// The files of one store.

@@ -147,6 +147,7 @@ pub fn translate(
     let layout = mounts::layout(&mut b, policy, facts)?;
     let handoff_watch = protect::protect_all(&mut b, policy, facts, &layout.writable_roots)?;
     masks::mask(&mut b, secrets);
+    protect::pin_sealed(&mut b, facts, &layout.writable_roots);
     let mounts = mounts::order(&mut b);
     landlock::note(&mut b);
     let setup = network::broker_setup(policy)?;

@@ -61,6 +61,42 @@ fn protect(
     b.note("protected", p.display(), why, source);
 }
 
+/// vetto's own state that the host reads back by path (the audit store, its key, the approvals
+/// store: [`HostFacts::host_sealed`]), when a writable root holds it (a project at HOME): it is
+/// masked, and every directory between the root and it is pinned as a mount point, so the
+/// sandbox can neither rename an ancestor to carry the mask away nor build a directory of its
+/// own at the path for the next session to trust.
+pub(super) fn pin_sealed(b: &mut Builder, facts: &HostFacts, writable_roots: &[PathBuf]) {
+    let source = Source::Builtin("vetto state".into());
+    for h in &facts.host_sealed {
+        let Some(root) = writable_roots.iter().find(|r| h.starts_with(r) && *r != h) else {
+            continue;
+        };
+        let rel: Vec<_> = h
+            .strip_prefix(root)
+            .map(|r| r.components().collect())
+            .unwrap_or_default();
+        let mut anc = root.clone();
+        for c in rel.iter().take(rel.len().saturating_sub(1)) {
+            anc.push(c);
+            if let Some(aid) = file_id(&anc) {
+                if !b.init_mounts.iter().any(|m| m.path == anc) {
+                    b.note(
+                        "protected",
+                        anc.display(),
+                        format!(
+                            "pinned as a mount point so {} cannot be moved or replaced",
+                            h.display()
+                        ),
+                        &source,
+                    );
+                }
+                b.init_mount(&anc, InitMountKind::Pin, aid);
+            }
+        }
+    }
+}
+
 /// Every protection; returns the absent paths to watch ([`super::Translation::handoff_watch`]).
 pub(super) fn protect_all(
     b: &mut Builder,
