@@ -100,6 +100,17 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// A temporary directory as vetto makes its state directories (0700): stores refuse a
+/// directory others may read or write, and `tempfile` follows the umask (often 0755).
+#[cfg(test)]
+pub(crate) fn private_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .expect("creating a temporary directory")
+}
+
 #[cfg(test)]
 mod tests {
     #[derive(Debug, thiserror::Error)]

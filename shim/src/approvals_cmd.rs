@@ -50,9 +50,24 @@ pub fn store_path(shim: bool) -> Result<PathBuf> {
         .ok_or_else(|| anyhow!("approvals: no state directory (set HOME or XDG_STATE_HOME)"))
 }
 
-fn open_store(w: Which) -> Result<RuleStore> {
+/// The store, if there is one: reading or answering never creates it (a store vetto did not
+/// make is not trusted, and an empty one answers nothing). A store named with `--store` must
+/// exist.
+fn open_store(w: Which) -> Result<Option<RuleStore>> {
     let p = w.path()?;
-    RuleStore::open(&p).map_err(|e| anyhow!(error_chain(&e)))
+    match std::fs::symlink_metadata(&p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if w.store.is_some() {
+                bail!("approvals: no approvals store at {}", p.display());
+            }
+            return Ok(None);
+        }
+        Err(e) => bail!("approvals: cannot read {}: {e}", p.display()),
+        Ok(_) => {}
+    }
+    RuleStore::open(&p)
+        .map(Some)
+        .map_err(|e| anyhow!(error_chain(&e)))
 }
 
 /// Every live session's status, with its socket.
@@ -152,11 +167,13 @@ pub fn command(a: &ApprovalsArgs) -> Result<u8> {
 fn list(w: Which, all: bool, json: bool) -> Result<u8> {
     let live = if w.live() { live_sessions() } else { vec![] };
     let store = open_store(w)?;
-    let parked = store.parked().map_err(|e| anyhow!(error_chain(&e)))?;
-    let rules = if all {
-        store.rules(None).map_err(|e| anyhow!(error_chain(&e)))?
-    } else {
-        vec![]
+    let parked = match &store {
+        Some(s) => s.parked().map_err(|e| anyhow!(error_chain(&e)))?,
+        None => vec![],
+    };
+    let rules = match (&store, all) {
+        (Some(s), true) => s.rules(None).map_err(|e| anyhow!(error_chain(&e)))?,
+        _ => vec![],
     };
     if json {
         let v = serde_json::json!({
@@ -289,7 +306,9 @@ fn answer(w: Which, id: &str, verdict: Verdict, scope: Scope, dest: Option<&str>
             }
         }
     }
-    let store = open_store(w)?;
+    let Some(store) = open_store(w)? else {
+        bail!("no pending or parked request {id} (and no approvals store yet)");
+    };
     let Some(p) = store
         .parked_by_id(id)
         .map_err(|e| anyhow!(error_chain(&e)))?
@@ -363,7 +382,11 @@ fn answer(w: Which, id: &str, verdict: Verdict, scope: Scope, dest: Option<&str>
 
 fn revoke(w: Which, id: &str) -> Result<u8> {
     let store = open_store(w)?;
-    if let Some(r) = store.revoke(id).map_err(|e| anyhow!(error_chain(&e)))? {
+    let revoked = match &store {
+        Some(s) => s.revoke(id).map_err(|e| anyhow!(error_chain(&e)))?,
+        None => None,
+    };
+    if let Some(r) = revoked {
         record(
             w,
             EventKind::ApprovalRevoked(Approval {

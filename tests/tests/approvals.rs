@@ -530,3 +530,36 @@ both!(the_store_is_masked_from_a_project_around_it, |f| {
         "the broker opened the store"
     );
 });
+
+// Reading or answering never creates a store: a store vetto did not make for a session is not
+// one to trust, and an empty one answers nothing. A store named with --store must exist.
+both!(the_approvals_cli_creates_no_store, |f| {
+    let state = f.home.join(".local/state/vetto");
+    let o = f.vetto(&["approvals", "list", "--all"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(out(&o).contains("no pending requests"), "{}", out(&o));
+    let o = f.vetto(&["approvals", "grant", "0123abcd", "--always"]);
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains("no pending or parked request 0123abcd"),
+        "{}",
+        err(&o)
+    );
+    let o = f.vetto(&["approvals", "revoke", "0123abcd"]);
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains("no persistent rule or session answer 0123abcd"),
+        "{}",
+        err(&o)
+    );
+    assert!(
+        !state.join("audit/approvals.db").exists(),
+        "a store was created"
+    );
+    let missing = f.root.join("outside/none.db");
+    let m = missing.display().to_string();
+    let o = f.vetto(&["approvals", "--store", &m]);
+    assert!(!o.status.success());
+    assert!(err(&o).contains("no approvals store at"), "{}", err(&o));
+    assert!(!missing.exists());
+});

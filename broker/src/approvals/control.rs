@@ -14,7 +14,7 @@
 //! recorded.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,6 +32,10 @@ use crate::server::BrokerEvent;
 pub const SOCKET_NAME: &str = "control.sock";
 /// The longest request line read.
 const MAX_LINE: u64 = 16 * 1024;
+/// The longest reply line a client reads (a status lists at most 32 pending requests).
+const MAX_REPLY: u64 = 4 * 1024 * 1024;
+/// How long a subscriber may take to accept a status line.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a client asks.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -113,9 +117,61 @@ fn pid_depth(pid: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("/proc/{pid}/status has no NSpid line"))
 }
 
+/// `SO_PEERPIDFD` (asm-generic; Linux 6.5+): a pidfd of the process that connected.
+const SO_PEERPIDFD: libc::c_int = 77;
+
+/// A pidfd of the peer: from the socket (`SO_PEERPIDFD`) where the kernel has it, else opened
+/// from its pid now (a narrower window, which the liveness check still closes for a peer that
+/// is gone).
+fn peer_pidfd(fd: BorrowedFd<'_>, pid: i32) -> Result<OwnedFd, String> {
+    let mut raw: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `raw`, an int we own.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut raw as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 && raw >= 0 {
+        // SAFETY: the kernel just gave us this descriptor; nothing else owns it.
+        return Ok(unsafe { OwnedFd::from_raw_fd(raw) });
+    }
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let p = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    if p < 0 {
+        return Err(format!(
+            "peer pid {pid}: no pidfd ({})",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: as above: a new descriptor of ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(p) })
+}
+
+/// Whether the process behind `pidfd` still runs (signal 0: only "no such process" says no).
+fn alive(pidfd: &OwnedFd) -> bool {
+    // SAFETY: pidfd_send_signal with our pidfd, signal 0, no siginfo, no flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// Check a peer: the broker's own user (as both are seen from the broker's user namespace:
 /// the session owner), in the broker's own PID namespace (every sandbox has its own, one
-/// level down). Returns the pid, or why not.
+/// level down). The peer is held by a pidfd while its `/proc` entry is read and must still be
+/// alive afterwards, so a pid it freed and another process took cannot pass for it. Returns
+/// the pid, or why not.
 pub fn check_peer(fd: impl AsFd) -> Result<i32, String> {
     let cred = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::PeerCredentials)
         .map_err(|e| format!("no peer credentials: {e}"))?;
@@ -130,8 +186,14 @@ pub fn check_peer(fd: impl AsFd) -> Result<i32, String> {
     if pid <= 0 {
         return Err("the peer has no pid in the broker's PID namespace".into());
     }
+    let pidfd = peer_pidfd(fd.as_fd(), pid)?;
     let ours = pid_depth("self")?;
     let theirs = pid_depth(&pid.to_string())?;
+    if !alive(&pidfd) {
+        return Err(format!(
+            "peer pid {pid} exited before it could be checked (its pid may name another process now)"
+        ));
+    }
     if theirs != ours {
         return Err(format!(
             "peer pid {pid} lives in another PID namespace ({theirs} level(s) deep where the broker is {ours}): a sandboxed process"
@@ -261,13 +323,21 @@ async fn subscribe(
     let mut buf = Vec::new();
     loop {
         changes.mark_unchanged();
-        if send(&mut w, &Reply::status(gate.status())).await.is_err() {
+        // A client that stops reading is dropped (and the session no longer counts as
+        // attended) rather than holding this task for ever.
+        let status = Reply::status(gate.status());
+        let sent = tokio::time::timeout(WRITE_TIMEOUT, send(&mut w, &status)).await;
+        if !matches!(sent, Ok(Ok(()))) {
             return;
         }
+        // A line, EOF, or more than a line's worth of bytes without one ends it.
+        if buf.len() as u64 >= MAX_LINE {
+            return;
+        }
+        let mut limited = (&mut r).take(MAX_LINE);
         tokio::select! {
             c = changes.changed() => if c.is_err() { return },
-            // Anything from the client, or its going away, ends the subscription.
-            _ = r.read_until(b'\n', &mut buf) => return,
+            _ = limited.read_until(b'\n', &mut buf) => return,
             // Refresh the countdowns now and then.
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
@@ -333,14 +403,16 @@ impl Client {
     /// The next reply (for a subscription: the next status).
     pub fn recv(&mut self) -> Result<Reply, ApprovalsError> {
         let mut line = String::new();
-        let n = self
-            .reader
+        let n = std::io::Read::take(&mut self.reader, MAX_REPLY)
             .read_line(&mut line)
             .map_err(|e| ApprovalsError::Control(format!("reading: {e}")))?;
         if n == 0 {
             return Err(ApprovalsError::Control(
                 "the broker closed the connection".into(),
             ));
+        }
+        if !line.ends_with('\n') {
+            return Err(ApprovalsError::Control("reply line too long".into()));
         }
         serde_json::from_str(line.trim_end())
             .map_err(|e| ApprovalsError::Control(format!("bad reply: {e}")))

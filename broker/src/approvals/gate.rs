@@ -75,6 +75,12 @@ pub enum GateRefusal {
         /// `host:port`.
         destination: String,
     },
+    /// Nobody could answer, and the parked list of this scope is full: refused, not kept.
+    #[error("{destination} is not in the allowlist and nobody can answer here; not parked: {} requests are parked for this scope already", super::MAX_PARKED)]
+    ParkedFull {
+        /// `host:port`.
+        destination: String,
+    },
     /// Too many destinations already wait.
     #[error("{destination} refused: {MAX_PENDING} other destinations already wait for an answer")]
     TooManyPending {
@@ -114,6 +120,9 @@ impl GateRefusal {
             GateRefusal::Unattended { destination } => {
                 format!("{destination} is not in the allowlist and nobody can answer here")
             }
+            GateRefusal::ParkedFull { destination } => format!(
+                "{destination} is not in the allowlist and nobody can answer here; too many requests are kept for the operator already"
+            ),
             GateRefusal::TooManyPending { destination } => format!(
                 "{destination} refused: {MAX_PENDING} other destinations already wait for an answer"
             ),
@@ -130,7 +139,7 @@ impl GateRefusal {
             GateRefusal::SessionDenial { .. } | GateRefusal::Denied { .. } => "approval-denied",
             GateRefusal::Timeout { .. } => "approval-timeout",
             GateRefusal::Parked { .. } | GateRefusal::Unattended { .. } => "approval-parked",
-            GateRefusal::TooManyPending { .. } => "approvals-full",
+            GateRefusal::TooManyPending { .. } | GateRefusal::ParkedFull { .. } => "approvals-full",
             GateRefusal::Store { .. } => "approvals-store",
         }
     }
@@ -399,6 +408,9 @@ impl Gate {
                     id: p.id,
                 }
             }
+            Err(ApprovalsError::ParkedFull { .. }) => GateRefusal::ParkedFull {
+                destination: destination.to_string(),
+            },
             Err(e) => GateRefusal::Store {
                 destination: destination.to_string(),
                 reason: crate::error_chain(&e),

@@ -36,6 +36,11 @@ pub const MAX_TIMEOUT_SECS: u64 = 3600;
 /// refused at once (a sandbox cannot bury the operator in prompts).
 pub const MAX_PENDING: usize = 32;
 
+/// How many distinct destinations may be parked per scope (project or container policy);
+/// beyond that a new one is refused without being kept, so a sandbox cannot flood the store
+/// or bury a real request in the operator's list.
+pub const MAX_PARKED: usize = 64;
+
 /// A person's answer.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -133,6 +138,15 @@ pub enum ApprovalsError {
     /// An answer that cannot apply.
     #[error("{0}")]
     Invalid(String),
+    /// Too many requests are parked for this scope already.
+    #[error(
+        "{} requests are already parked for {scope}; answer or dismiss some (`vetto approvals`)",
+        MAX_PARKED
+    )]
+    ParkedFull {
+        /// The scope.
+        scope: String,
+    },
     /// The control socket said no, or spoke nonsense.
     #[error("control socket: {0}")]
     Control(String),

@@ -303,6 +303,30 @@ impl RuleStore {
         session: &str,
     ) -> Result<Parked, ApprovalsError> {
         let now = crate::audit::event::now_ms() as i64;
+        // A sandbox chooses the names it asks for: at most MAX_PARKED new ones per scope.
+        let known: bool = self
+            .conn
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM parked WHERE scope = ?1 AND destination = ?2)",
+                params![scope, destination],
+                |r| r.get(0),
+            )
+            .map_err(self.sql("counting parked requests"))?;
+        if !known {
+            let n: i64 = self
+                .conn
+                .query_row(
+                    "SELECT COUNT(*) FROM parked WHERE scope = ?1",
+                    params![scope],
+                    |r| r.get(0),
+                )
+                .map_err(self.sql("counting parked requests"))?;
+            if n >= super::MAX_PARKED as i64 {
+                return Err(ApprovalsError::ParkedFull {
+                    scope: scope.to_string(),
+                });
+            }
+        }
         self.conn
             .execute(
                 "INSERT INTO parked(id, scope, destination, session, first_ms, last_ms, count) \
@@ -368,7 +392,7 @@ mod tests {
 
     #[test]
     fn denial_wins_and_wildcards_match_only_subdomains() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let s = RuleStore::open(&d.path().join("x/approvals.db")).unwrap();
         let p = "project /p";
         assert!(s.lookup(p, &name("a.example.com"), 443).unwrap().is_none());
@@ -410,7 +434,7 @@ mod tests {
 
     #[test]
     fn parking_counts_and_a_rule_clears_it() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let path = d.path().join("approvals.db");
         let s = RuleStore::open(&path).unwrap();
         let a = s
@@ -431,6 +455,25 @@ mod tests {
         s.add("project /p", "x.test:443", Verdict::Grant, "u", "t")
             .unwrap();
         assert!(s.parked().unwrap().is_empty());
+        // Bounded per scope: the next new name is refused, a known one still counts.
+        for i in 0..crate::approvals::MAX_PARKED {
+            s.park(
+                &format!("id{i}"),
+                "project /f",
+                &format!("n{i}.test:443"),
+                "s",
+            )
+            .unwrap();
+        }
+        assert!(matches!(
+            s.park("over", "project /f", "over.test:443", "s"),
+            Err(ApprovalsError::ParkedFull { .. })
+        ));
+        assert_eq!(
+            s.park("x", "project /f", "n0.test:443", "s").unwrap().count,
+            2
+        );
+        assert!(s.park("other", "project /g", "over.test:443", "s").is_ok());
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
@@ -438,7 +481,7 @@ mod tests {
 
     #[test]
     fn a_symlinked_database_is_refused() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         std::fs::write(d.path().join("real"), "").unwrap();
         std::os::unix::fs::symlink(d.path().join("real"), d.path().join("approvals.db")).unwrap();
         assert!(RuleStore::open(&d.path().join("approvals.db")).is_err());

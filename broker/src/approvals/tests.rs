@@ -41,7 +41,7 @@ struct World {
 }
 
 fn world(mode: GateMode, terminal: bool, timeout_secs: u64) -> World {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = crate::private_tempdir();
     let db = dir.path().join("approvals.db");
     let (tx, events) = unbounded_channel();
     let gate = Gate::new(

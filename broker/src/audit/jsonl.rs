@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn symlink_fifo_directory_and_relative_paths_are_refused() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let real = d.path().join("real.jsonl");
         std::fs::write(&real, "").unwrap();
         let link = d.path().join("link.jsonl");

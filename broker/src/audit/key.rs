@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn made_once_0600_and_reloaded() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let p = d.path().join("state/audit.key");
         let k1 = load_or_create(&p).unwrap();
         let k2 = load_or_create(&p).unwrap();
@@ -238,7 +238,7 @@ mod tests {
     #[test]
     fn sessions_racing_to_make_the_key_all_get_the_same_whole_key() {
         for _ in 0..20 {
-            let d = tempfile::tempdir().unwrap();
+            let d = crate::private_tempdir();
             let p = d.path().join("state/audit.key");
             let threads: Vec<_> = (0..8)
                 .map(|_| {
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_readable_or_symlinked_key_is_refused() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let p = d.path().join("audit.key");
         load_or_create(&p).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();

@@ -990,7 +990,7 @@ mod tests {
 
     #[test]
     fn a_record_encodes_every_field() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         let stored = session(&cfg, "s1");
         for (r, (_, (text, number))) in stored.iter().zip(every_kind()) {
@@ -1050,7 +1050,7 @@ mod tests {
 
     #[test]
     fn a_request_has_one_resource_and_one_scope() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         let stored = session(&cfg, "s1");
         let res = Resource {
@@ -1089,7 +1089,7 @@ mod tests {
     /// tests/otlp/check.sh to post to the Python receiver.
     #[test]
     fn sample_request_for_the_receiver() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         session(&cfg, "s1");
         session(&cfg, "s2");
@@ -1419,7 +1419,7 @@ mod tests {
 
     #[test]
     fn a_collector_answering_503_then_200_gets_everything_once() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         session(&cfg, "s1");
         session(&cfg, "s2");
@@ -1465,7 +1465,7 @@ mod tests {
 
     #[test]
     fn a_collector_down_then_up_loses_nothing_and_duplicates_nothing() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         session(&cfg, "s1");
         let store = open(&cfg);
@@ -1497,7 +1497,7 @@ mod tests {
 
     #[test]
     fn a_400_is_not_retried_and_moves_nothing() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         session(&cfg, "s1");
         let store = open(&cfg);
@@ -1530,7 +1530,7 @@ mod tests {
 
     #[test]
     fn a_partial_success_counts_as_delivered() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         session(&cfg, "s1");
         let store = open(&cfg);
@@ -1550,7 +1550,7 @@ mod tests {
 
     #[test]
     fn https_is_refused_before_anything_is_read() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         session(&cfg, "s1");
         let store = open(&cfg);
@@ -1572,7 +1572,7 @@ mod tests {
 
     #[test]
     fn a_collector_that_never_answers_is_bounded_by_the_deadline() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         session(&cfg, "s1");
         let store = open(&cfg);
@@ -1590,7 +1590,7 @@ mod tests {
 
     #[test]
     fn a_new_destination_starts_at_the_session() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         session(&cfg, "old");
         let mine = session(&cfg, "mine");
@@ -1612,7 +1612,7 @@ mod tests {
 
     #[test]
     fn concurrent_exports_send_each_record_once() {
-        let d = tempfile::tempdir().unwrap();
+        let d = crate::private_tempdir();
         let cfg = AuditConfig::in_dir(d.path());
         for s in 0..4 {
             session(&cfg, &format!("s{s}"));

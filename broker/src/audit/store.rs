@@ -90,16 +90,16 @@ pub fn private_dir(dir: &Path) -> Result<(), AuditError> {
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|source| err("creating the audit directory".into(), source))?;
+            .map_err(|source| err("creating the state directory".into(), source))?;
     }
     let m = std::fs::symlink_metadata(dir)
-        .map_err(|source| err("checking the audit directory".into(), source))?;
+        .map_err(|source| err("checking the state directory".into(), source))?;
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
         return Err(err(
             format!(
-                "refusing the audit directory (it must be a directory, not a symlink, owned by uid {me} with mode 0700; found {} owned by uid {} mode {:o}):",
+                "refusing the state directory (it must be a directory, not a symlink, owned by uid {me} with mode 0700; found {} owned by uid {} mode {:o}):",
                 if m.file_type().is_symlink() { "a symlink" } else if m.is_dir() { "a directory" } else { "a file" },
                 m.uid(),
                 m.mode() & 0o7777

@@ -68,7 +68,7 @@ fn sql(cfg: &AuditConfig, q: &str) {
 
 #[test]
 fn a_clean_store_verifies() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 3);
     let r = check(&cfg);
     assert!(r.ok(), "{r:?}");
@@ -78,7 +78,7 @@ fn a_clean_store_verifies() {
 
 #[test]
 fn an_edited_field_breaks_at_its_record() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 2);
     sql(
         &cfg,
@@ -88,7 +88,7 @@ fn an_edited_field_breaks_at_its_record() {
     assert_eq!(r.broken_at, Some(5), "{r:?}");
     assert!(r.problems[0].contains("edited"), "{r:?}");
     // An indexed column alone.
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 2);
     sql(&cfg, "UPDATE records SET kind = 'limit' WHERE seq = 6");
     assert_eq!(check(&cfg).broken_at, Some(6));
@@ -96,7 +96,7 @@ fn an_edited_field_breaks_at_its_record() {
 
 #[test]
 fn a_deleted_row_breaks_at_its_place() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 2);
     sql(&cfg, "DELETE FROM records WHERE seq = 7");
     let r = check(&cfg);
@@ -106,7 +106,7 @@ fn a_deleted_row_breaks_at_its_place() {
 
 #[test]
 fn two_reordered_rows_break_at_the_first() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 2);
     // Swap the contents of records 3 and 4 (positions kept).
     sql(
@@ -121,7 +121,7 @@ fn two_reordered_rows_break_at_the_first() {
 
 #[test]
 fn a_forged_row_breaks_where_it_was_inserted() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 2);
     // Make room after record 4, then insert a record whose own hash is right for its content
     // and its link: only its successor's link betrays it.
@@ -148,7 +148,7 @@ fn a_forged_row_breaks_where_it_was_inserted() {
 
 #[test]
 fn a_truncated_tail_is_caught_by_the_head() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 2);
     // Cut the last record and its checkpoint: the chain in the database is consistent.
     sql(
@@ -169,7 +169,7 @@ fn a_truncated_tail_is_caught_by_the_head() {
 
 #[test]
 fn an_older_copy_of_the_store_is_caught() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 1);
     let old = d.path().join("old.db");
     {
@@ -190,7 +190,7 @@ fn an_older_copy_of_the_store_is_caught() {
 
 #[test]
 fn a_rewritten_chain_is_caught_by_the_signatures() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 2);
     // Edit record 2 and recompute every hash after it: the chain links again, but the signed
     // checkpoints and head name the old hashes.
@@ -229,7 +229,7 @@ fn a_rewritten_chain_is_caught_by_the_signatures() {
 
 #[test]
 fn a_forged_head_or_another_key_does_not_verify() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 1);
     let other = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]).verifying_key();
     let r = verify(&StorePaths::new(&cfg.store), &other).unwrap();
@@ -246,7 +246,7 @@ fn a_forged_head_or_another_key_does_not_verify() {
 
 #[test]
 fn concurrent_writers_keep_one_chain() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = AuditConfig::in_dir(d.path());
     Recorder::open(&cfg, "init")
         .unwrap()
@@ -282,7 +282,7 @@ fn concurrent_writers_keep_one_chain() {
 
 #[test]
 fn free_text_is_sanitized_before_it_is_stored() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = AuditConfig::in_dir(d.path());
     let mut r = Recorder::open(&cfg, "s").unwrap();
     let mut ev = start();
@@ -300,7 +300,7 @@ fn free_text_is_sanitized_before_it_is_stored() {
 
 #[test]
 fn a_store_reached_through_a_symlinked_directory_works_but_a_symlinked_file_is_refused() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let real = d.path().join("real");
     std::fs::create_dir(&real).unwrap();
     let link = d.path().join("link");
@@ -311,7 +311,9 @@ fn a_store_reached_through_a_symlinked_directory_works_but_a_symlinked_file_is_r
     assert!(check(&cfg).ok());
     // The database file itself a symlink: refused.
     let other = d.path().join("other");
-    std::fs::create_dir(&other).unwrap();
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&other)
+        .unwrap();
     std::os::unix::fs::symlink(real.join("state/audit.db"), other.join("audit.db")).unwrap();
     let e = Store::open(&StorePaths::new(&other.join("audit.db")), true)
         .err()
@@ -321,7 +323,7 @@ fn a_store_reached_through_a_symlinked_directory_works_but_a_symlinked_file_is_r
 
 #[test]
 fn a_writer_refuses_a_head_it_did_not_sign_so_it_never_signs_over_a_rewrite() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 2);
     // Cut the last session and write a head that matches the new end, with a forged
     // signature: the chain in the database is consistent again.
@@ -360,7 +362,7 @@ fn a_writer_refuses_a_head_it_did_not_sign_so_it_never_signs_over_a_rewrite() {
 
 #[test]
 fn removed_checkpoints_are_found() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 3);
     sql(&cfg, "DELETE FROM checkpoints WHERE seq = 10");
     let r = check(&cfg);
@@ -370,7 +372,7 @@ fn removed_checkpoints_are_found() {
 
 #[test]
 fn a_writer_killed_between_its_commit_and_the_head_file_leaves_a_usable_store() {
-    let d = tempfile::tempdir().unwrap();
+    let d = crate::private_tempdir();
     let cfg = filled(d.path(), 1);
     let head = StorePaths::new(&cfg.store).head;
     let before = std::fs::read(&head).unwrap();
@@ -395,4 +397,59 @@ fn a_writer_killed_between_its_commit_and_the_head_file_leaves_a_usable_store() 
     // But a head file from another store, or one ahead of the database, is not accepted.
     sql(&cfg, "DELETE FROM records WHERE seq = 7; UPDATE head SET seq = 6, hash = (SELECT hash FROM records WHERE seq = 6)");
     assert!(!check(&cfg).ok(), "an unsigned database head");
+}
+
+#[test]
+fn state_directories_and_files_vetto_did_not_make_private_are_refused() {
+    use super::store::{open_private, private_dir};
+    use std::os::unix::fs::PermissionsExt;
+    let d = crate::private_tempdir();
+    // A directory vetto creates is 0700, and so is each parent it creates.
+    let made = d.path().join("a/b");
+    private_dir(&made).unwrap();
+    for p in [d.path().join("a"), made.clone()] {
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", p.display());
+    }
+    // An existing directory others may read or write: refused, and left as it was.
+    let open = d.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = private_dir(&open).unwrap_err().to_string();
+    assert!(e.contains("mode 755"), "{e}");
+    assert_eq!(
+        std::fs::metadata(&open).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    // A symlink to a private directory: refused (the link could be swapped).
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink(&made, &link).unwrap();
+    let e = private_dir(&link).unwrap_err().to_string();
+    assert!(e.contains("a symlink"), "{e}");
+    // Files: a new one is 0600; an existing readable one or a symlink is refused.
+    let f = made.join("store.db");
+    drop(open_private(&f).unwrap());
+    assert_eq!(
+        std::fs::metadata(&f).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(open_private(&f).is_err());
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let fl = made.join("link.db");
+    std::os::unix::fs::symlink(&f, &fl).unwrap();
+    let e = open_private(&fl).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
+    // Someone else's directory or file (only root can make one here).
+    if nix::unistd::geteuid().is_root() {
+        let other = nix::unistd::Uid::from_raw(65534);
+        let theirs = d.path().join("theirs");
+        private_dir(&theirs).unwrap();
+        nix::unistd::chown(&theirs, Some(other), None).unwrap();
+        let e = private_dir(&theirs).unwrap_err().to_string();
+        assert!(e.contains("owned by uid 65534"), "{e}");
+        nix::unistd::chown(&f, Some(other), None).unwrap();
+        let e = open_private(&f).unwrap_err().to_string();
+        assert!(e.contains("owner uid 65534"), "{e}");
+    }
 }
