@@ -70,7 +70,10 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let dir = std::path::PathBuf::from(args.next().expect("usage: approval_bench DIR [N]"));
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
-    std::fs::create_dir_all(&dir).expect("dir");
+    // A state directory as vetto makes one (0700): the store refuses anything looser.
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&dir)
+        .expect("dir");
     let db = dir.join("approvals.db");
     let _ = std::fs::remove_file(&db);
 
