@@ -39,9 +39,9 @@ pub enum EngineError {
     Runtime {
         /// Which step.
         step: &'static str,
-        /// libcontainer's error.
+        /// libcontainer's error (boxed: with the systemd driver it is large).
         #[source]
-        source: libcontainer::error::LibcontainerError,
+        source: Box<libcontainer::error::LibcontainerError>,
     },
     /// The container has no pid after start.
     #[error("the container has no init process")]
@@ -61,7 +61,10 @@ pub enum EngineError {
 }
 
 fn rt(step: &'static str) -> impl FnOnce(libcontainer::error::LibcontainerError) -> EngineError {
-    move |source| EngineError::Runtime { step, source }
+    move |source| EngineError::Runtime {
+        step,
+        source: Box::new(source),
+    }
 }
 
 /// How the container's process runs after libcontainer's setup.
@@ -114,9 +117,18 @@ impl Executor for VettoExecutor {
                     .as_ref()
                     .and_then(|p| p.args().as_ref())
                     .filter(|a| !a.is_empty());
-                if args.is_none() {
+                let Some(args) = args else {
                     return Err(invalid("process.args is empty".into()));
-                }
+                };
+                // As runc and crun: a command that cannot be executed fails `create` (and
+                // `exec`), not silently after `start` reported success.
+                let env = spec
+                    .process()
+                    .as_ref()
+                    .and_then(|p| p.env().as_ref())
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                find_executable(&args[0], env).map_err(invalid)?;
                 apply::apply(&self.hardening)
                     .map(drop)
                     .map_err(|e| invalid(e.to_string()))
@@ -166,6 +178,49 @@ impl Executor for VettoExecutor {
     }
 }
 
+/// Where `execvp` in the container will find `name`: itself if it holds a `/`, else the
+/// first match in the process's `PATH` (glibc's default without one). An error says why the
+/// command cannot be run.
+fn find_executable(name: &str, env: &[String]) -> Result<std::path::PathBuf, String> {
+    use nix::unistd::{access, AccessFlags};
+    use std::path::PathBuf;
+    let runnable = |p: &Path| -> Result<(), String> {
+        let m = std::fs::metadata(p).map_err(|e| format!("exec {name:?}: {}: {e}", p.display()))?;
+        if !m.is_file() {
+            return Err(format!(
+                "exec {name:?}: {} is not a regular file",
+                p.display()
+            ));
+        }
+        access(p, AccessFlags::X_OK)
+            .map_err(|e| format!("exec {name:?}: {}: {}", p.display(), e.desc()))
+    };
+    if name.is_empty() {
+        return Err("process.args[0] is empty".into());
+    }
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return runnable(&p).map(|()| p);
+    }
+    let path = env
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("/bin:/usr/bin");
+    let mut last = None;
+    for dir in path.split(':') {
+        let dir = if dir.is_empty() { "." } else { dir };
+        let p = Path::new(dir).join(name);
+        if std::fs::symlink_metadata(&p).is_err() {
+            continue;
+        }
+        match runnable(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| format!("exec {name:?}: executable file not found in $PATH")))
+}
+
 /// What `create` and `exec` both need.
 pub struct Common<'a> {
     /// The container id.
@@ -188,7 +243,7 @@ pub struct CreateOptions<'a> {
     pub bundle: &'a Path,
     /// `--no-pivot`.
     pub no_pivot: bool,
-    /// The systemd cgroup driver (libcontainer is built without it: false).
+    /// The systemd cgroup driver (`--systemd-cgroup`).
     pub systemd_cgroup: bool,
     /// What the process applies before the command runs.
     pub hardening: Hardening,
@@ -374,19 +429,51 @@ impl Sandbox {
         self.0.resume().map_err(rt("resume"))
     }
 
-    /// The pids in its cgroup.
-    pub fn processes(&self) -> Result<Vec<i32>, EngineError> {
-        use libcgroups::common::{CgroupConfig, CgroupManager};
+    /// The manager of its cgroup (the driver it was created with).
+    fn cgroup(&self) -> Result<libcgroups::common::AnyCgroupManager, EngineError> {
+        use libcgroups::common::CgroupConfig;
         let cfg = self
             .0
             .spec()
             .map_err(rt("reading the container's config"))?;
-        let mgr = libcgroups::common::create_cgroup_manager(CgroupConfig {
+        libcgroups::common::create_cgroup_manager(CgroupConfig {
             cgroup_path: cfg.cgroup_path.clone(),
-            systemd_cgroup: false,
+            systemd_cgroup: self.0.systemd(),
             container_name: self.id().to_string(),
         })
-        .map_err(|e| EngineError::Cgroup(e.to_string()))?;
+        .map_err(|e| EngineError::Cgroup(e.to_string()))
+    }
+
+    /// Applies `resources` to its cgroup (`update`; `create` for what libcontainer leaves
+    /// out, such as `disableOOMKiller`).
+    pub fn apply_resources(
+        &self,
+        resources: &oci_spec::runtime::LinuxResources,
+        disable_oom_killer: bool,
+    ) -> Result<(), EngineError> {
+        use libcgroups::common::{CgroupManager, ControllerOpt};
+        self.cgroup()?
+            .apply(&ControllerOpt {
+                resources,
+                freezer_state: None,
+                oom_score_adj: None,
+                disable_oom_killer,
+            })
+            .map_err(|e| EngineError::Cgroup(e.to_string()))
+    }
+
+    /// Its cgroup's statistics (cpu, memory, pids, blkio, hugetlb).
+    pub fn stats(&self) -> Result<libcgroups::stats::Stats, EngineError> {
+        use libcgroups::common::CgroupManager;
+        self.cgroup()?
+            .stats()
+            .map_err(|e| EngineError::Cgroup(e.to_string()))
+    }
+
+    /// The pids in its cgroup.
+    pub fn processes(&self) -> Result<Vec<i32>, EngineError> {
+        use libcgroups::common::CgroupManager;
+        let mgr = self.cgroup()?;
         let pids = mgr
             .get_all_pids()
             .map_err(|e| EngineError::Cgroup(e.to_string()))?;

@@ -4,7 +4,6 @@
 
 use std::path::Path;
 
-use liboci_cli::GlobalOpts;
 use vetto_broker::audit::event::now_ms;
 
 use super::audit::{self, Ending};
@@ -52,22 +51,16 @@ pub(super) fn finish(root: &Path, id: &str, log: &Logger, ending: Ending) {
 /// The arguments `create` and `run` share.
 pub(super) struct CreateArgs<'a> {
     pub a: &'a liboci_cli::Create,
-    pub cgroup_view: bool,
+    pub cgroups: super::Cgroups,
     pub policy_dir: Option<&'a Path>,
 }
 
 pub(super) fn create(
-    g: &GlobalOpts,
     root: &Path,
     host_policy: Option<&str>,
     log: &Logger,
     a: &CreateArgs<'_>,
 ) -> Result<Sandbox, OciError> {
-    if g.systemd_cgroup {
-        return Err(OciError::Unsupported(
-            "the systemd cgroup driver (--systemd-cgroup); use cgroupfs",
-        ));
-    }
     let (c, id) = (a.a, a.a.container_id.as_str());
     check_id(id)?;
     if root.join(id).exists() || shim_dir(root, id).exists() {
@@ -79,7 +72,7 @@ pub(super) fn create(
         root,
         host_policy,
         a.policy_dir,
-        a.cgroup_view,
+        a.cgroups,
         log,
     )?;
     log.debug(&format!("create {id}: {}", prepared.summary));
@@ -96,11 +89,14 @@ pub(super) fn create(
         },
         bundle: &prepared.dir,
         no_pivot: c.no_pivot,
-        systemd_cgroup: false,
+        systemd_cgroup: prepared.systemd,
         hardening: prepared.hardening,
         mode: Mode::Detached,
     });
-    let c = match built {
+    let c = match built.and_then(|c| match &prepared.disable_oom_killer {
+        Some(r) => c.apply_resources(r, true).map(|()| c),
+        None => Ok(c),
+    }) {
         Ok(c) => c,
         Err(e) => {
             cleanup(root, id);
@@ -196,12 +192,11 @@ pub(super) fn create(
 
 /// `run`: create, start, and unless detached wait and delete.
 pub(super) fn run(
-    g: &GlobalOpts,
     root: &Path,
     host_policy: Option<&str>,
     log: &Logger,
     a: &liboci_cli::Run,
-    cgroup_view: bool,
+    cgroups: super::Cgroups,
     policy_dir: Option<&Path>,
 ) -> Result<u8, OciError> {
     let as_create = liboci_cli::Create {
@@ -215,11 +210,11 @@ pub(super) fn run(
     };
     let args = CreateArgs {
         a: &as_create,
-        cgroup_view,
+        cgroups,
         policy_dir,
     };
     let id = a.container_id.as_str();
-    let mut c = create(g, root, host_policy, log, &args)?;
+    let mut c = create(root, host_policy, log, &args)?;
     let pid = match c.start() {
         Ok(pid) => pid,
         Err(e) => {

@@ -16,7 +16,21 @@ pub(super) fn delete(root: &Path, log: &Logger, a: &liboci_cli::Delete) -> Resul
     check_id(&a.container_id)?;
     match load(root, &a.container_id) {
         Ok(mut c) => {
-            c.delete(a.force)?;
+            match c.delete(a.force) {
+                Ok(()) => {}
+                // `--force` always removes the container: whatever failed (a cgroup that will
+                // not go, a hook), the state is gone afterwards and the failure is a warning.
+                Err(e) if a.force => {
+                    log.warn(&format!(
+                        "delete --force {}: {}; removing the state anyway",
+                        a.container_id,
+                        vetto_broker::error_chain(&e)
+                    ));
+                    kill_recorded_init(root, &a.container_id);
+                    let _ = std::fs::remove_dir_all(root.join(&a.container_id));
+                }
+                Err(e) => return Err(e.into()),
+            }
             finish(root, &a.container_id, log, Ending::deleted());
         }
         Err(OciError::NotFound(_)) if a.force => {
@@ -26,21 +40,22 @@ pub(super) fn delete(root: &Path, log: &Logger, a: &liboci_cli::Delete) -> Resul
         // someone else's: remove the state without signalling anyone.
         Err(e @ OciError::NotOurInit { .. }) if a.force => {
             log.debug(&format!("delete --force: {e}; removing the state only"));
-            // The init this runtime recorded, if it is still that process, goes (with it,
-            // its PID namespace).
-            if let Some((pid, start)) = ShimState::load(root, &a.container_id)
-                .ok()
-                .and_then(|s| s.init)
-            {
-                let now = u32::try_from(pid).ok().and_then(crate::session::start_time);
-                if now == Some(start) {
-                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
-                }
-            }
+            kill_recorded_init(root, &a.container_id);
             let _ = std::fs::remove_dir_all(root.join(&a.container_id));
             finish(root, &a.container_id, log, Ending::deleted());
         }
         Err(e) => return Err(e),
     }
     Ok(())
+}
+
+/// The init this runtime recorded, if it is still that process, goes (with it, its PID
+/// namespace).
+fn kill_recorded_init(root: &Path, id: &str) {
+    if let Some((pid, start)) = ShimState::load(root, id).ok().and_then(|s| s.init) {
+        let now = u32::try_from(pid).ok().and_then(crate::session::start_time);
+        if now == Some(start) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
 }

@@ -22,6 +22,7 @@ mod audit;
 mod create;
 mod delete;
 mod exec;
+mod hook_relay;
 mod kill;
 mod log;
 mod network;
@@ -32,6 +33,7 @@ mod reexec;
 mod spec;
 mod start;
 mod state;
+mod update;
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -201,6 +203,17 @@ fn state_root(g: &GlobalOpts, in_userns: bool) -> Result<PathBuf, OciError> {
 
 /// Running in a user namespace other than the initial one (rootless Podman runs its runtime
 /// as uid 0 of the user's namespace): the host's cgroups and `/run` are not ours.
+/// How the container's cgroup is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cgroups {
+    /// Directories under `/sys/fs/cgroup` (runc's default driver).
+    Cgroupfs,
+    /// A transient systemd scope (`--systemd-cgroup`; `slice:prefix:name` paths).
+    Systemd,
+    /// None: a rootless caller that cannot create cgroups (see [`rootless_cgroup_view`]).
+    ReadOnlyView,
+}
+
 fn rootless() -> bool {
     std::fs::read_to_string("/proc/self/uid_map")
         .map(|m| m.split_whitespace().collect::<Vec<_>>() != ["0", "0", "4294967295"])
@@ -307,8 +320,17 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
              or `vetto run`)",
         ));
     }
-    let cgroup_view = needs_state && in_userns && !cgroups_writable();
-    if cgroup_view {
+    // The caller's driver: systemd (`--systemd-cgroup`, a `slice:prefix:name` path; rootless,
+    // through the user's own systemd), else cgroupfs, or for a rootless caller that cannot
+    // create cgroups, none at all.
+    let cgroups = if g.systemd_cgroup {
+        Cgroups::Systemd
+    } else if needs_state && in_userns && !cgroups_writable() {
+        Cgroups::ReadOnlyView
+    } else {
+        Cgroups::Cgroupfs
+    };
+    if cgroups == Cgroups::ReadOnlyView {
         rootless_cgroup_view(log)?;
     }
     // Made and checked once, for every command that keeps state.
@@ -320,17 +342,17 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
         Cmd::Standard(StandardCmd::Create(a)) => {
             let args = CreateArgs {
                 a: &a,
-                cgroup_view,
+                cgroups,
                 policy_dir,
             };
-            create::create(g, &root, host_policy, log, &args)?;
+            create::create(&root, host_policy, log, &args)?;
         }
         Cmd::Standard(StandardCmd::Start(a)) => start::start(&root, &a.container_id)?,
         Cmd::Standard(StandardCmd::State(a)) => state::state(&root, &a.container_id)?,
         Cmd::Standard(StandardCmd::Kill(a)) => kill::kill(&root, &a)?,
         Cmd::Standard(StandardCmd::Delete(a)) => delete::delete(&root, log, &a)?,
         Cmd::Common(CommonCmd::Run(a)) => {
-            return create::run(g, &root, host_policy, log, &a, cgroup_view, policy_dir)
+            return create::run(&root, host_policy, log, &a, cgroups, policy_dir)
         }
         Cmd::Common(CommonCmd::Exec(a)) => return exec::exec(&root, log, a),
         Cmd::Common(CommonCmd::Ps(a)) => ps::ps(&root, &a)?,
@@ -339,8 +361,8 @@ fn dispatch(cli: Cli, log: &Logger) -> Result<u8, OciError> {
         Cmd::Common(CommonCmd::List(a)) => state::list(&root, &a)?,
         Cmd::Common(CommonCmd::Features(_)) => println!("{:#}", spec::features()),
         Cmd::Common(CommonCmd::Spec(a)) => spec::spec_cmd(&a)?,
-        Cmd::Common(CommonCmd::Events(_)) => return Err(OciError::Unsupported("events")),
-        Cmd::Common(CommonCmd::Update(_)) => return Err(OciError::Unsupported("update")),
+        Cmd::Common(CommonCmd::Events(a)) => update::events(&root, &a)?,
+        Cmd::Common(CommonCmd::Update(a)) => update::update(&root, &a)?,
         Cmd::Common(CommonCmd::Checkpointt(_)) => return Err(OciError::Unsupported("checkpoint")),
     }
     Ok(0)
@@ -383,6 +405,10 @@ pub fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         };
+    }
+    if args.get(1).map(String::as_str) == Some(hook_relay::RELAY_ARG) {
+        // A bundle hook, run by libcontainer through the relay (see `hook_relay`).
+        return hook_relay::main(&args[2..]);
     }
     let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,

@@ -460,6 +460,11 @@ pub struct Prepared {
     /// The approvals store (persistent grants, parked requests), beside the audit store and
     /// sealed from containers with it.
     pub approvals_db: Option<PathBuf>,
+    /// `linux.resources.memory.disableOOMKiller`, which libcontainer does not apply: the
+    /// memory resources to apply again with it once the cgroup exists.
+    pub disable_oom_killer: Option<oci_spec::runtime::LinuxResources>,
+    /// libcontainer's systemd cgroup manager (`--systemd-cgroup` on a cgroup v2 host).
+    pub systemd: bool,
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), OciError> {
@@ -514,7 +519,7 @@ pub fn prepare(
     root: &Path,
     runtime_policy: Option<&str>,
     policy_dir: Option<&Path>,
-    cgroup_view: bool,
+    cgroups: super::Cgroups,
     log: &Logger,
 ) -> Result<Prepared, OciError> {
     let bundle = bundle.canonicalize().map_err(|source| OciError::Io {
@@ -624,6 +629,38 @@ pub fn prepare(
     let rootfs = bundle.join(root_rel);
     spec["root"]["path"] = Value::String(rootfs.display().to_string());
 
+    // disableOOMKiller: cgroup v1's memory.oom_control; cgroup v2 has no such switch, and a
+    // field that cannot be applied is refused, not dropped.
+    let disable_oom_killer = match typed
+        .linux()
+        .as_ref()
+        .and_then(|l| l.resources().as_ref())
+        .and_then(|r| r.memory().as_ref())
+        .filter(|m| m.disable_oom_killer() == Some(true))
+    {
+        None => None,
+        Some(_) if cgroups == super::Cgroups::ReadOnlyView => None,
+        Some(m) => {
+            let v1_memory = libcgroups::common::get_cgroup_setup()
+                .is_ok_and(|s| !matches!(s, libcgroups::common::CgroupSetup::Unified))
+                && cgroups == super::Cgroups::Cgroupfs
+                && Path::new("/sys/fs/cgroup/memory/memory.oom_control").exists();
+            if !v1_memory {
+                return Err(OciError::Config(
+                    "linux.resources.memory.disableOOMKiller: cgroup v2 (and the systemd driver) \
+                     cannot disable the OOM killer; remove the field"
+                        .into(),
+                ));
+            }
+            let mut r = oci_spec::runtime::LinuxResources::default();
+            r.set_memory(Some(*m));
+            Some(r)
+        }
+    };
+
+    // Hooks: the state they get names the caller's bundle; poststart/poststop failures warn.
+    super::hook_relay::relay_hooks(&mut spec, &bundle)?;
+
     // Never an empty cgroupsPath: libcontainer would then use (and on delete, kill) the
     // caller's own cgroup.
     if spec
@@ -631,17 +668,44 @@ pub fn prepare(
         .and_then(Value::as_str)
         .is_none_or(str::is_empty)
     {
+        let path = match cgroups {
+            // systemd's form, `slice:prefix:name`: a scope `vetto-shim-<id>.scope`.
+            super::Cgroups::Systemd if nix::unistd::geteuid().is_root() && !super::rootless() => {
+                format!("system.slice:vetto-shim:{id}")
+            }
+            super::Cgroups::Systemd => format!("user.slice:vetto-shim:{id}"),
+            _ => format!("/vetto-shim/{id}"),
+        };
         if let Some(linux) = spec.get_mut("linux").and_then(Value::as_object_mut) {
-            linux.insert(
-                "cgroupsPath".into(),
-                Value::String(format!("/vetto-shim/{id}")),
-            );
+            linux.insert("cgroupsPath".into(), Value::String(path));
         }
+    }
+
+    // The systemd driver on a host whose controllers are cgroup v1 (libcgroups' systemd
+    // manager is v2 only, and would take `slice:prefix:name` for a relative directory): the
+    // same place systemd would make the scope, as cgroupfs paths, which is where Docker and
+    // containerd look for the container's statistics.
+    let systemd = cgroups == super::Cgroups::Systemd
+        && matches!(
+            libcgroups::common::get_cgroup_setup(),
+            Ok(libcgroups::common::CgroupSetup::Unified)
+        );
+    if cgroups == super::Cgroups::Systemd && !systemd {
+        let given = spec
+            .pointer("/linux/cgroupsPath")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let path = systemd_path_on_v1(&given)?;
+        log.debug(&format!(
+            "systemd cgroup driver on a cgroup v1 host: {given} is created as {path}"
+        ));
+        spec["linux"]["cgroupsPath"] = Value::String(path);
     }
 
     // Rootless without cgroups (see `rootless_cgroup_view`): the container's cgroup mount
     // becomes a read-only bind of the view this process shows at /sys/fs/cgroup.
-    if cgroup_view {
+    if cgroups == super::Cgroups::ReadOnlyView {
         for m in spec
             .get_mut("mounts")
             .and_then(Value::as_array_mut)
@@ -725,7 +789,59 @@ pub fn prepare(
         summary,
         audit,
         approvals_db,
+        disable_oom_killer,
+        systemd,
     })
+}
+
+/// Where systemd puts the scope of `slice:prefix:name` (`system.slice:docker:ID` →
+/// `/system.slice/docker-ID.scope`; a nested slice `a-b.slice` → `/a.slice/a-b.slice`).
+pub(super) fn systemd_path_on_v1(given: &str) -> Result<String, OciError> {
+    let bad = || {
+        OciError::Config(format!(
+            "linux.cgroupsPath {given:?}: the systemd cgroup driver expects slice:prefix:name"
+        ))
+    };
+    let parts: Vec<&str> = given.split(':').collect();
+    let [slice, prefix, name] = parts.as_slice() else {
+        return Err(bad());
+    };
+    let ok = |s: &str| !s.contains('/') && s != "." && s != "..";
+    if !ok(slice) || !ok(prefix) || !ok(name) || name.is_empty() {
+        return Err(bad());
+    }
+    let mut path = String::new();
+    let slice = if slice.is_empty() {
+        "system.slice"
+    } else {
+        slice
+    };
+    if slice != "-.slice" {
+        let stem = slice.strip_suffix(".slice").ok_or_else(bad)?;
+        let mut acc = String::new();
+        for (i, part) in stem.split('-').enumerate() {
+            if part.is_empty() {
+                return Err(bad());
+            }
+            if i > 0 {
+                acc.push('-');
+            }
+            acc.push_str(part);
+            path.push('/');
+            path.push_str(&acc);
+            path.push_str(".slice");
+        }
+    }
+    let unit = if name.ends_with(".slice") {
+        (*name).to_string()
+    } else if prefix.is_empty() {
+        format!("{name}.scope")
+    } else {
+        format!("{prefix}-{name}.scope")
+    };
+    path.push('/');
+    path.push_str(&unit);
+    Ok(path)
 }
 
 /// Environment of an `exec`'d process filtered as the policy filters the init's (the same
@@ -808,5 +924,35 @@ mod tests {
         assert!(e.to_string().contains("policy directory"), "{e}");
         let e = select_policy(Some(&ann("x/y")), &free, None, dir).expect_err("relative");
         assert!(e.to_string().contains("not a profile"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod systemd_path_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::systemd_path_on_v1;
+
+    #[test]
+    fn slice_prefix_name_becomes_systemds_own_path() {
+        for (given, want) in [
+            ("system.slice:docker:abc", "/system.slice/docker-abc.scope"),
+            ("user.slice:libpod:x", "/user.slice/libpod-x.scope"),
+            ("kubepods-besteffort-pod1.slice:cri-containerd:c1", "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-c1.scope"),
+            (":vetto:c", "/system.slice/vetto-c.scope"),
+            ("-.slice:p:n", "/p-n.scope"),
+            ("machine.slice::n", "/machine.slice/n.scope"),
+        ] {
+            assert_eq!(systemd_path_on_v1(given).unwrap(), want, "{given}");
+        }
+        for bad in [
+            "/abs/path",
+            "a:b",
+            "x.slice:p:",
+            "x.slice:p:../e",
+            "nos:p:n",
+            "a--b.slice:p:n",
+        ] {
+            assert!(systemd_path_on_v1(bad).is_err(), "{bad}");
+        }
     }
 }
