@@ -1525,3 +1525,27 @@ fn systemd_cgroup_driver_places_the_container_where_systemd_would() {
     );
     assert!(w.nothing_left("sd-bad"));
 }
+
+// An AppArmor profile on a host without AppArmor: a clear refusal (not "io error"), nothing left.
+#[test]
+fn an_apparmor_profile_without_apparmor_is_refused_by_name() {
+    let Some(w) = World::new() else { return };
+    let enabled = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.trim() == "Y");
+    if enabled {
+        eprintln!("skipped: AppArmor is enabled here");
+        return;
+    }
+    w.script("exit 0");
+    w.edit(|v| v["process"]["apparmorProfile"] = json!("docker-default"));
+    let b = w.bundle();
+    let st = w.shim_detached(&["create", "--bundle", b.to_str().expect("utf8"), "aa1"]);
+    assert!(!st.success());
+    assert!(
+        w.last_error()
+            .contains("AppArmor is not enabled on this host"),
+        "{}",
+        w.last_error()
+    );
+    assert!(w.nothing_left("aa1"));
+}

@@ -658,6 +658,24 @@ pub fn prepare(
         }
     };
 
+    // An AppArmor profile asked for on a host without AppArmor: refused with the reason (the
+    // caller asked for a confinement this host cannot give; libcontainer says only "io error").
+    if let Some(profile) = typed
+        .process()
+        .as_ref()
+        .and_then(|p| p.apparmor_profile().as_ref())
+        .filter(|p| !p.is_empty())
+    {
+        let enabled = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+            .is_ok_and(|s| s.trim() == "Y");
+        if !enabled {
+            return Err(OciError::Config(format!(
+                "process.apparmorProfile {profile:?}: AppArmor is not enabled on this host \
+                 (/sys/module/apparmor/parameters/enabled is not Y); remove the profile or enable AppArmor"
+            )));
+        }
+    }
+
     // Hooks: the state they get names the caller's bundle; poststart/poststop failures warn.
     super::hook_relay::relay_hooks(&mut spec, &bundle)?;
 
