@@ -16,6 +16,10 @@ apt-get install -y -q --no-install-recommends \
 # vetto-shim's end-to-end tests drive the real container clients (tests/oci/e2e.sh); gcc
 # (build-essential) builds their static probe.
 apt-get install -y -q podman containerd docker.io runc busybox-static uidmap
+# The OCI runtime-tools validation suite (tests/conformance) and crictl (tests/cri) are built
+# with Debian's Go from fetched sources with their vendored dependencies; the systemd + cgroup
+# v2 test host (tests/systemd-host) is made with debootstrap.
+apt-get install -y -q --no-install-recommends golang-go debootstrap systemd-container
 # The Dev Containers CLI brings devcontainer/devcontainer.json up in the e2e tests.
 command -v npm >/dev/null || apt-get install -y -q nodejs npm
 command -v devcontainer >/dev/null || npm install -g --no-fund --no-audit @devcontainers/cli@0.72.0

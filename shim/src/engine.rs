@@ -55,9 +55,14 @@ pub enum EngineError {
         #[source]
         source: libcontainer::signal::SignalError<String>,
     },
-    /// Listing the container's processes failed.
-    #[error("listing the container's processes: {0}")]
-    Cgroup(String),
+    /// A step on the container's cgroup failed.
+    #[error("{step}: {message}")]
+    Cgroup {
+        /// Which step.
+        step: &'static str,
+        /// The cgroup library's error.
+        message: String,
+    },
 }
 
 fn rt(step: &'static str) -> impl FnOnce(libcontainer::error::LibcontainerError) -> EngineError {
@@ -441,7 +446,10 @@ impl Sandbox {
             systemd_cgroup: self.0.systemd(),
             container_name: self.id().to_string(),
         })
-        .map_err(|e| EngineError::Cgroup(e.to_string()))
+        .map_err(|e| EngineError::Cgroup {
+            step: "opening the container's cgroup",
+            message: e.to_string(),
+        })
     }
 
     /// Applies `resources` to its cgroup (`update`; `create` for what libcontainer leaves
@@ -459,24 +467,29 @@ impl Sandbox {
                 oom_score_adj: None,
                 disable_oom_killer,
             })
-            .map_err(|e| EngineError::Cgroup(e.to_string()))
+            .map_err(|e| EngineError::Cgroup {
+                step: "applying resources to the container's cgroup",
+                message: e.to_string(),
+            })
     }
 
     /// Its cgroup's statistics (cpu, memory, pids, blkio, hugetlb).
     pub fn stats(&self) -> Result<libcgroups::stats::Stats, EngineError> {
         use libcgroups::common::CgroupManager;
-        self.cgroup()?
-            .stats()
-            .map_err(|e| EngineError::Cgroup(e.to_string()))
+        self.cgroup()?.stats().map_err(|e| EngineError::Cgroup {
+            step: "reading the container's cgroup statistics",
+            message: e.to_string(),
+        })
     }
 
     /// The pids in its cgroup.
     pub fn processes(&self) -> Result<Vec<i32>, EngineError> {
         use libcgroups::common::CgroupManager;
         let mgr = self.cgroup()?;
-        let pids = mgr
-            .get_all_pids()
-            .map_err(|e| EngineError::Cgroup(e.to_string()))?;
+        let pids = mgr.get_all_pids().map_err(|e| EngineError::Cgroup {
+            step: "listing the container's processes",
+            message: e.to_string(),
+        })?;
         Ok(pids.iter().map(|p| p.as_raw()).collect())
     }
 }

@@ -1421,7 +1421,10 @@ fn update_events_and_disable_oom_killer() {
         .expect("update");
     std::io::Write::write_all(
         child.stdin.as_mut().expect("stdin"),
-        br#"{"memory": {"limit": 33554432}, "pids": {"limit": 7}}"#,
+        // As Docker sends it: every field of a section, zeros meaning "not set".
+        br#"{"memory": {"limit": 33554432, "reservation": 0, "kernel": 0, "swappiness": null},
+             "cpu": {"shares": 0, "quota": 0, "period": 0, "cpus": "", "mems": ""},
+             "pids": {"limit": 7}, "blockIO": {"weight": 0}}"#,
     )
     .expect("write");
     drop(child.stdin.take());

@@ -55,7 +55,24 @@ fn read_resources(path: &Path) -> Result<LinuxResources, OciError> {
     }
     let mut only = serde_json::Map::new();
     for k in UPDATABLE {
-        if let Some(v) = obj.get(k) {
+        if let Some(Value::Object(fields)) = obj.get(k) {
+            // As runc: a zero (or empty) value is "not set". Docker and containerd send every
+            // field of a section, zeros included, and a zero reservation or cpu share is
+            // otherwise refused, or worse, applied.
+            let set: serde_json::Map<String, Value> = fields
+                .iter()
+                .filter(|(_, v)| {
+                    !(v.is_null()
+                        || v.as_f64() == Some(0.0)
+                        || v.as_str() == Some("")
+                        || v.as_array().is_some_and(Vec::is_empty))
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if !set.is_empty() {
+                only.insert(k.to_string(), Value::Object(set));
+            }
+        } else if let Some(v) = obj.get(k).filter(|v| !v.is_null()) {
             only.insert(k.to_string(), v.clone());
         }
     }
