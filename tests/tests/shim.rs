@@ -1552,3 +1552,39 @@ fn an_apparmor_profile_without_apparmor_is_refused_by_name() {
     );
     assert!(w.nothing_left("aa1"));
 }
+
+// Every linux.resources field is applied or refused by name, never silently dropped: rdma
+// (not implemented anywhere), and hugepage limits where no cgroup v1 hugetlb hierarchy is
+// mounted on a cgroup v1 host (this CI machine's hugetlb is only in cgroup2).
+#[test]
+fn resource_fields_that_cannot_be_applied_are_refused_by_name() {
+    let Some(w) = World::new() else { return };
+    w.script("exit 0");
+    let b = w.bundle();
+    w.edit(|v| v["linux"]["resources"] = json!({"rdma": {"mlx5_0": {"hcaHandles": 3}}}));
+    let st = w.shim_detached(&["create", "--bundle", b.to_str().expect("utf8"), "r1"]);
+    assert!(!st.success());
+    assert!(
+        w.last_error()
+            .contains("linux.resources: rdma (not implemented)"),
+        "{}",
+        w.last_error()
+    );
+    assert!(w.nothing_left("r1"));
+    let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    if !unified && !Path::new("/sys/fs/cgroup/hugetlb/cgroup.procs").exists() {
+        w.edit(|v| {
+            v["linux"]["resources"] =
+                json!({"hugepageLimits": [{"pageSize": "2MB", "limit": 2097152}]})
+        });
+        let st = w.shim_detached(&["create", "--bundle", b.to_str().expect("utf8"), "r2"]);
+        assert!(!st.success());
+        assert!(
+            w.last_error()
+                .contains("hugepageLimits (no cgroup v1 hugetlb hierarchy is mounted)"),
+            "{}",
+            w.last_error()
+        );
+        assert!(w.nothing_left("r2"));
+    }
+}

@@ -629,6 +629,33 @@ pub fn prepare(
     let rootfs = bundle.join(root_rel);
     spec["root"]["path"] = Value::String(rootfs.display().to_string());
 
+    // Every resource field is applied or refused, never silently dropped (libcgroups ignores
+    // some fields, and others on one cgroup version or where a v1 controller is not mounted).
+    if cgroups != super::Cgroups::ReadOnlyView {
+        let unified = matches!(
+            libcgroups::common::get_cgroup_setup(),
+            Ok(libcgroups::common::CgroupSetup::Unified)
+        );
+        let v1_mounted = |c: &str| {
+            Path::new("/sys/fs/cgroup")
+                .join(c)
+                .join("cgroup.procs")
+                .exists()
+        };
+        let refused = unapplied_resources(
+            spec.pointer("/linux/resources").unwrap_or(&Value::Null),
+            unified,
+            &v1_mounted,
+        );
+        if !refused.is_empty() {
+            return Err(OciError::Config(format!(
+                "linux.resources: {} cannot be applied on this host; remove {}",
+                refused.join("; "),
+                if refused.len() == 1 { "it" } else { "them" }
+            )));
+        }
+    }
+
     // disableOOMKiller: cgroup v1's memory.oom_control; cgroup v2 has no such switch, and a
     // field that cannot be applied is refused, not dropped.
     let disable_oom_killer = match typed
@@ -812,6 +839,92 @@ pub fn prepare(
     })
 }
 
+/// The resource fields of `r` (`linux.resources`) that would not be applied here: libcgroups
+/// ignores some everywhere, some on one cgroup version, and a v1 controller that is not
+/// mounted applies nothing. A zero, `false`, empty or null value counts as unset (as runc).
+/// `disableOOMKiller` is handled by the caller.
+pub(super) fn unapplied_resources(
+    r: &Value,
+    unified: bool,
+    v1_mounted: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
+    fn holds(v: &Value) -> bool {
+        match v {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            Value::Number(n) => n.as_f64() != Some(0.0),
+            Value::String(s) => !s.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            Value::Object(o) => o.values().any(holds),
+        }
+    }
+    let set = |ptr: &str| r.pointer(ptr).is_some_and(holds);
+    let mut out = Vec::new();
+    let mut no = |field: &str, why: &str| out.push(format!("{field} ({why})"));
+    // Nowhere.
+    if r.pointer("/memory/useHierarchy").and_then(Value::as_bool) == Some(false) {
+        no(
+            "memory.useHierarchy = false",
+            "the kernel always uses the hierarchy",
+        );
+    }
+    if set("/memory/checkBeforeUpdate") {
+        no("memory.checkBeforeUpdate", "not implemented");
+    }
+    if set("/rdma") {
+        no("rdma", "not implemented");
+    }
+    if unified {
+        for (ptr, field) in [
+            ("/memory/kernel", "memory.kernel"),
+            ("/memory/kernelTCP", "memory.kernelTCP"),
+            ("/network", "network"),
+        ] {
+            if set(ptr) {
+                no(field, "cgroup v1 only");
+            }
+        }
+        // A swappiness is not zero-means-unset: 0 is a real value.
+        if r.pointer("/memory/swappiness")
+            .is_some_and(|v| !v.is_null())
+        {
+            no("memory.swappiness", "cgroup v1 only");
+        }
+    } else {
+        if set("/unified") {
+            no(
+                "unified",
+                "cgroup v2 only; this host's controllers are cgroup v1",
+            );
+        }
+        if set("/blockIO/leafWeight")
+            || r.pointer("/blockIO/weightDevice")
+                .and_then(Value::as_array)
+                .is_some_and(|d| {
+                    d.iter()
+                        .any(|e| e.get("leafWeight").is_some_and(|w| !w.is_null()))
+                })
+        {
+            no("blockIO.leafWeight", "not implemented on cgroup v1");
+        }
+        for (ptr, ctrl) in [
+            ("/hugepageLimits", "hugetlb"),
+            ("/network/classID", "net_cls"),
+            ("/network/priorities", "net_prio"),
+            ("/pids", "pids"),
+            ("/blockIO", "blkio"),
+            ("/cpu", "cpu"),
+            ("/memory", "memory"),
+        ] {
+            if set(ptr) && !v1_mounted(ctrl) {
+                let field = ptr.trim_start_matches('/').replace('/', ".");
+                no(&field, &format!("no cgroup v1 {ctrl} hierarchy is mounted"));
+            }
+        }
+    }
+    out
+}
+
 /// Where systemd puts the scope of `slice:prefix:name` (`system.slice:docker:ID` →
 /// `/system.slice/docker-ID.scope`; a nested slice `a-b.slice` → `/a.slice/a-b.slice`).
 pub(super) fn systemd_path_on_v1(given: &str) -> Result<String, OciError> {
@@ -972,5 +1085,35 @@ mod systemd_path_tests {
         ] {
             assert!(systemd_path_on_v1(bad).is_err(), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod resources_tests {
+    use super::unapplied_resources;
+    use serde_json::json;
+
+    #[test]
+    fn fields_that_would_be_dropped_are_named() {
+        let all = |_: &str| true;
+        let none = |_: &str| false;
+        // Docker's defaults (zeros, false) are unset: nothing to refuse.
+        let docker = json!({"devices": [{"allow": false, "access": "rwm"}],
+            "memory": {"disableOOMKiller": false, "reservation": 0}, "cpu": {"shares": 0},
+            "pids": {"limit": 0}, "blockIO": {"weight": 0}});
+        assert!(unapplied_resources(&docker, false, &none).is_empty());
+        assert!(unapplied_resources(&docker, true, &none).is_empty());
+        let r = json!({"rdma": {"mlx": {"hcaHandles": 1}}, "memory": {"useHierarchy": false}});
+        assert_eq!(unapplied_resources(&r, false, &all).len(), 2);
+        let v2only = json!({"unified": {"memory.high": "1G"}});
+        assert!(unapplied_resources(&v2only, true, &all).is_empty());
+        assert!(unapplied_resources(&v2only, false, &all)[0].starts_with("unified"));
+        let v1only = json!({"memory": {"kernel": 1, "swappiness": 0}, "network": {"classID": 1}});
+        assert_eq!(unapplied_resources(&v1only, true, &all).len(), 3);
+        assert!(unapplied_resources(&v1only, false, &all).is_empty());
+        let hp = json!({"hugepageLimits": [{"pageSize": "2MB", "limit": 1}], "pids": {"limit": 5}});
+        let v = unapplied_resources(&hp, false, &|c| c == "pids");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("hugetlb"), "{v:?}");
     }
 }
