@@ -10,7 +10,7 @@ DEBUG_BIN := target/debug/vetto
 SHIM_RELEASE := target/release/vetto-shim
 SHIM_DEBUG := target/debug/vetto-shim
 
-.PHONY: build release install install-docker-runtime test e2e e2e-systemd conformance crictl unit integration bench lint demo man completions deps clean
+.PHONY: build release install install-docker-runtime test e2e e2e-systemd e2e-cri conformance crictl unit integration bench lint demo man completions deps clean
 
 build:
 	$(CARGO) build --workspace
@@ -44,8 +44,10 @@ test: build
 	  conf_rc=$$?; \
 	  bash tests/systemd-host/e2e.sh $(SHIM_DEBUG) 2>&1 | tee -a target/test.log; \
 	  sd_rc=$$?; \
+	  bash tests/cri/e2e.sh $(SHIM_DEBUG) 2>&1 | tee -a target/test.log; \
+	  cri_rc=$$?; \
 	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log; \
-	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ]
+	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ]
 
 # The OCI runtime-tools validation suite against vetto-shim, crun and runc side by side (built
 # from a fetched copy of opencontainers/runtime-tools with its vendored dependencies; exit 77,
@@ -64,6 +66,10 @@ e2e-systemd: build
 # crictl (cri-tools v1.26.1) from a fetched copy with its vendored dependencies.
 crictl:
 	bash tests/cri/build-crictl.sh
+
+# vetto-shim behind containerd's CRI plugin, driven by crictl (also part of `make test`).
+e2e-cri: build
+	bash tests/cri/e2e.sh $(SHIM_DEBUG)
 
 # vetto-shim driven by Podman, containerd and dockerd (root; also part of `make test`).
 e2e: build

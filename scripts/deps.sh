@@ -19,7 +19,8 @@ apt-get install -y -q podman containerd docker.io runc busybox-static uidmap
 # The OCI runtime-tools validation suite (tests/conformance) and crictl (tests/cri) are built
 # with Debian's Go from fetched sources with their vendored dependencies; the systemd + cgroup
 # v2 test host (tests/systemd-host) is made with debootstrap.
-apt-get install -y -q --no-install-recommends golang-go debootstrap systemd-container
+apt-get install -y -q --no-install-recommends golang-go debootstrap systemd-container \
+  containernetworking-plugins
 # The Dev Containers CLI brings devcontainer/devcontainer.json up in the e2e tests.
 command -v npm >/dev/null || apt-get install -y -q nodejs npm
 command -v devcontainer >/dev/null || npm install -g --no-fund --no-audit @devcontainers/cli@0.72.0
