@@ -10,7 +10,7 @@ DEBUG_BIN := target/debug/vetto
 SHIM_RELEASE := target/release/vetto-shim
 SHIM_DEBUG := target/debug/vetto-shim
 
-.PHONY: build release install install-docker-runtime test e2e e2e-systemd e2e-cri conformance crictl unit integration bench lint demo man completions deps clean
+.PHONY: build release install install-docker-runtime test e2e e2e-systemd e2e-cri escape escape-docs fuzz conformance crictl unit integration bench lint demo man completions deps clean
 
 build:
 	$(CARGO) build --workspace
@@ -46,8 +46,10 @@ test: build
 	  sd_rc=$$?; \
 	  bash tests/cri/e2e.sh $(SHIM_DEBUG) 2>&1 | tee -a target/test.log; \
 	  cri_rc=$$?; \
+	  bash tests/escape/run.sh target/debug 2>&1 | tee -a target/test.log; \
+	  esc_rc=$$?; \
 	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log; \
-	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ]
+	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ] && [ $$esc_rc -eq 0 ]
 
 # The OCI runtime-tools validation suite against vetto-shim, crun and runc side by side (built
 # from a fetched copy of opencontainers/runtime-tools with its vendored dependencies; exit 77,
@@ -70,6 +72,16 @@ crictl:
 # vetto-shim behind containerd's CRI plugin, driven by crictl (also part of `make test`).
 e2e-cri: build
 	bash tests/cri/e2e.sh $(SHIM_DEBUG)
+
+# The escape suite (tests/escape/): the untrusted agent's attacks against `vetto run` as root
+# and as nobody, and against vetto-shim under Podman; each case checked on the host afterwards.
+# Results in target/escape/; also part of `make test`.
+escape: build
+	bash tests/escape/run.sh target/debug
+
+# Rerun the escape suite and write its results table into docs/security-tests.md.
+escape-docs: escape
+	python3 tests/escape/splice.py docs/security-tests.md target/escape/results.md
 
 # vetto-shim driven by Podman, containerd and dockerd (root; also part of `make test`).
 e2e: build

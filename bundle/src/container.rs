@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{PolicyError, TranslateError};
+use crate::gitmeta;
 use crate::host::{self, canonical_beyond};
 use crate::plan::{FsAccess, LandlockPlan, LandlockRule, NetPlan, SeccompPlan};
 use crate::policy::ProjectAccess;
@@ -773,7 +774,9 @@ fn mask_mount(inside: &Path, kind: MaskKind) -> Value {
             "destination": inside, "type": "bind", "source": "/dev/null",
             "options": ["bind", "ro", "nosuid", "noexec"]
         }),
-        MaskKind::Dir => json!({
+        // Not reached: links are filtered out before masks are placed; a tmpfs would be the
+        // safe answer anyway.
+        MaskKind::Dir | MaskKind::Link => json!({
             "destination": inside, "type": "tmpfs", "source": "tmpfs",
             "options": ["ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k"]
         }),
@@ -919,7 +922,13 @@ pub fn harden(
                 (p.canonicalize().ok().as_ref() == Some(&p)).then_some(p)
             };
             if r.dir {
-                let mut found = secrets::scan(&patterns, home, &src)?;
+                // A secret-named symlink's target is masked like any secret; the link itself
+                // is checked by `vetto run`'s init only (libcontainer mounts by path). The same
+                // walk finds every repository's `.git` entry in the bind.
+                let scan = secrets::scan_project(&patterns, home, &src, true)?;
+                let git_entries = scan.git_entries;
+                let mut found = scan.secrets;
+                found.retain(|f| f.kind != MaskKind::Link);
                 // Accounts' homes inside the bind, and the one the bind lies in (a bind of
                 // another account's `~/.aws`).
                 for h in homes
@@ -927,7 +936,7 @@ pub fn harden(
                     .filter(|h| (h.starts_with(&src) || src.starts_with(h)) && *h != home)
                 {
                     for f in secrets::scan(&home_patterns, h, h)? {
-                        if !found.iter().any(|x| x.path == f.path) {
+                        if f.kind != MaskKind::Link && !found.iter().any(|x| x.path == f.path) {
                             found.push(f);
                         }
                     }
@@ -956,15 +965,46 @@ pub fn harden(
                     });
                 }
                 if writable && policy.project.value != ProjectAccess::Read {
+                    // Git metadata is read-only whatever `protected` says, as in `vetto run`:
+                    // every repository in the bind (submodules' gitlinks and separate git
+                    // directories, nested repositories), the git and common directories they
+                    // name, and what their configuration makes git read or run (included
+                    // config files, `core.hooksPath`), where this bind shows them (a writable
+                    // bind's own walk covers its own repositories). Parents first, each
+                    // destination once.
+                    let mut git: Vec<PathBuf> = vec![];
+                    for g in &git_entries {
+                        git.extend(gitmeta::metadata_paths(g));
+                        git.extend(gitmeta::config_references(g).0);
+                    }
+                    git.sort();
+                    git.dedup();
+                    // Only objects that are what their path says: a bind of a symlink would
+                    // show its target (perhaps outside every bind) at that place.
+                    git.retain(|p| p.canonicalize().ok().as_ref() == Some(p));
+                    for host in &git {
+                        let Some(inside) = masks::shown_at(host, &src, Path::new(dst)) else {
+                            continue;
+                        };
+                        if !extra.iter().any(|m| m["destination"] == json!(inside)) {
+                            extra.push(json!({
+                                "destination": inside, "type": "bind",
+                                "source": host, "options": ["rbind", "ro"]
+                            }));
+                        }
+                    }
                     for p in &policy.protected {
                         let Some(rel) = relative_inside(&p.value) else {
                             continue;
                         };
                         if let Some(host) = real_beneath(&rel) {
-                            extra.push(json!({
-                                "destination": Path::new(dst).join(&rel), "type": "bind",
-                                "source": host, "options": ["rbind", "ro"]
-                            }));
+                            let inside = Path::new(dst).join(&rel);
+                            if !extra.iter().any(|m| m["destination"] == json!(inside)) {
+                                extra.push(json!({
+                                    "destination": inside, "type": "bind",
+                                    "source": host, "options": ["rbind", "ro"]
+                                }));
+                            }
                         }
                     }
                 }
@@ -1327,6 +1367,65 @@ mod tests {
         assert_eq!(
             s["process"]["capabilities"]["bounding"],
             json!(["CAP_CHOWN"])
+        );
+    }
+
+    /// Git metadata of every repository in a writable bind is read-only, as in `vetto run`:
+    /// a nested repository's config and a submodule's gitlink and separate git directory (the
+    /// escape suite's T05-T07 wrote them through the shim before).
+    #[test]
+    fn git_metadata_of_every_repository_in_a_bind_is_read_only() {
+        let ws = tempfile::tempdir().expect("tmp");
+        let w = ws.path().canonicalize().expect("c");
+        let git = |dir: &Path, args: &[&str]| {
+            let st = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", dir)
+                .status()
+                .expect("git");
+            assert!(st.success(), "git {args:?}");
+        };
+        git(&w, &["init", "-q", "."]);
+        std::fs::create_dir_all(w.join(".git/modules")).expect("mk");
+        git(
+            &w,
+            &["init", "-q", "--separate-git-dir=.git/modules/sub", "sub"],
+        );
+        std::fs::create_dir_all(w.join("vendor/lib")).expect("mk");
+        git(&w.join("vendor/lib"), &["init", "-q", "."]);
+        let mut s = base(json!([
+            {"destination": "/workspace", "type": "bind", "source": ws.path(), "options": ["rbind", "rw"]}
+        ]));
+        let policy = resolve_host_policy("default").expect("policy");
+        harden(
+            &mut s,
+            &policy,
+            "default",
+            Path::new("/nonexistent"),
+            &OwnPlaces::default(),
+        )
+        .expect("harden");
+        let mounts = s["mounts"].as_array().expect("mounts");
+        for (inside, host) in [
+            ("/workspace/.git", w.join(".git")),
+            ("/workspace/sub/.git", w.join("sub/.git")),
+            ("/workspace/vendor/lib/.git", w.join("vendor/lib/.git")),
+        ] {
+            let m = mounts
+                .iter()
+                .find(|m| m["destination"] == json!(inside))
+                .unwrap_or_else(|| panic!("{inside} not protected: {mounts:?}"));
+            assert_eq!(m["source"], json!(host));
+            assert!(m["options"].as_array().expect("o").contains(&json!("ro")));
+        }
+        assert_eq!(
+            mounts
+                .iter()
+                .filter(|m| m["destination"] == json!("/workspace/.git"))
+                .count(),
+            1
         );
     }
 

@@ -200,6 +200,9 @@ pub enum InitMountKind {
     MaskFile,
     /// An empty, read-only, mode-000 tmpfs over a secret directory.
     MaskDir,
+    /// Nothing mounted: the object (a symlink with a secret's name) must still be the one the
+    /// scan found, or the command does not run.
+    Verify,
 }
 
 /// A mount the init makes itself, before Landlock, on the exact object the host-side scan

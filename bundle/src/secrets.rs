@@ -66,6 +66,11 @@ pub enum MaskKind {
     File,
     /// An empty mode-000 tmpfs over it.
     Dir,
+    /// A symlink with a secret's name (its target, if it has one, is masked as a file or
+    /// directory): nothing is mounted over the link, but `vetto run`'s init checks that the
+    /// name is still this very symlink before the command starts. A regular file put in its
+    /// place between the scan and the start would otherwise be shown unmasked.
+    Link,
 }
 
 /// One secret that exists and will be masked.
@@ -394,7 +399,9 @@ fn scan_attempt(
             if let NameMatch::Literal(name) = last {
                 let p = dir.join(name);
                 if p.symlink_metadata().is_ok() {
-                    add(resolve_match(&p, s)?);
+                    for m in resolve_match(&p, s)? {
+                        add(Some(m));
+                    }
                 }
                 continue;
             }
@@ -403,7 +410,9 @@ fn scan_attempt(
             };
             for e in rd.flatten() {
                 if last.is_match(&e.file_name()) {
-                    add(resolve_match(&e.path(), s)?);
+                    for m in resolve_match(&e.path(), s)? {
+                        add(Some(m));
+                    }
                 }
             }
         }
@@ -454,7 +463,9 @@ fn scan_attempt(
                 // another directory that a rename put at this path.
                 match fd.stat_child(&name) {
                     Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
-                        add(resolve_match(&path, s)?)
+                        for m in resolve_match(&path, s)? {
+                            add(Some(m));
+                        }
                     }
                     Ok(st) => {
                         let kind = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
@@ -519,17 +530,30 @@ fn scan_attempt(
     }))
 }
 
-fn resolve_match(
-    path: &Path,
-    pat: &Sourced<String>,
-) -> Result<Option<SecretMatch>, TranslateError> {
-    let is_link = path
+/// The secret a matched path names: its resolved target (masked), and when the path is a
+/// symlink, the link itself ([`MaskKind::Link`], checked unchanged at start), also when it
+/// dangles or points somewhere the sandbox cannot see.
+fn resolve_match(path: &Path, pat: &Sourced<String>) -> Result<Vec<SecretMatch>, TranslateError> {
+    let mut out = vec![];
+    let link = path
         .symlink_metadata()
-        .map(|m| m.file_type().is_symlink())
-        .unwrap_or(false);
-    // A dangling symlink points at nothing to read: it is not masked, and reading it fails.
+        .ok()
+        .filter(|m| m.file_type().is_symlink());
+    let is_link = link.is_some();
+    if let Some(m) = link {
+        out.push(SecretMatch {
+            path: path.to_path_buf(),
+            kind: MaskKind::Link,
+            pattern: pat.value.clone(),
+            via: None,
+            source: pat.source.clone(),
+            dev: std::os::unix::fs::MetadataExt::dev(&m),
+            ino: std::os::unix::fs::MetadataExt::ino(&m),
+        });
+    }
+    // A dangling symlink points at nothing to read: no mask, only the link check.
     let Ok(resolved) = path.canonicalize() else {
-        return Ok(None);
+        return Ok(out);
     };
     let meta = std::fs::metadata(&resolved).map_err(|e| TranslateError::SecretScan {
         root: resolved.clone(),
@@ -540,7 +564,7 @@ fn resolve_match(
     } else {
         MaskKind::File
     };
-    Ok(Some(SecretMatch {
+    out.push(SecretMatch {
         dev: std::os::unix::fs::MetadataExt::dev(&meta),
         ino: std::os::unix::fs::MetadataExt::ino(&meta),
         via: (is_link || resolved != path).then(|| path.to_path_buf()),
@@ -548,7 +572,8 @@ fn resolve_match(
         kind,
         pattern: pat.value.clone(),
         source: pat.source.clone(),
-    }))
+    });
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -596,7 +621,38 @@ mod tests {
         assert!(!paths
             .iter()
             .any(|(p, _)| p.starts_with(proj.join("node_modules"))));
-        assert_eq!(m.len(), 3);
+        // The link itself is recorded too, by its own inode, to be checked at start.
+        let link = m
+            .iter()
+            .find(|m| m.path == proj.join(".env"))
+            .expect("the link");
+        assert_eq!(link.kind, MaskKind::Link);
+        let lm = std::fs::symlink_metadata(proj.join(".env")).expect("lstat");
+        assert_eq!(
+            (link.dev, link.ino),
+            (
+                std::os::unix::fs::MetadataExt::dev(&lm),
+                std::os::unix::fs::MetadataExt::ino(&lm)
+            )
+        );
+        assert_eq!(m.len(), 4);
+    }
+
+    // A `.env` that dangles (or points where the sandbox cannot see) masks nothing, but the
+    // name is still recorded: a file put in its place before the start must not go unmasked.
+    #[test]
+    fn dangling_secret_symlink_is_recorded_as_a_link() {
+        let t = tempfile::tempdir().expect("tmp");
+        let proj = t.path().canonicalize().expect("c");
+        symlink(proj.join("nowhere"), proj.join(".env")).expect("ln");
+        let pats = [src(".env")];
+        let refs: Vec<_> = pats.iter().collect();
+        let m = scan(&refs, &proj, &proj).expect("scan");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(
+            (m[0].path.clone(), m[0].kind),
+            (proj.join(".env"), MaskKind::Link)
+        );
     }
 
     #[test]

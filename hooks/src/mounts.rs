@@ -273,6 +273,18 @@ pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
         });
     }
     let tree = match m.kind {
+        // The (device, inode) matched above, opened with O_NOFOLLOW; and still a symlink (a
+        // file made after the link was removed may reuse its inode number).
+        InitMountKind::Verify if st.st_mode & libc::S_IFMT == libc::S_IFLNK => return Ok(()),
+        InitMountKind::Verify => {
+            return Err(MountError::Changed {
+                path: path.display().to_string(),
+                dev: m.dev,
+                ino: m.ino,
+                found_dev: st.st_dev,
+                found_ino: st.st_ino,
+            })
+        }
         InitMountKind::Pin => clone_tree(target.as_raw_fd(), c"", true, path)?,
         InitMountKind::ReadOnly => {
             let t = clone_tree(target.as_raw_fd(), c"", true, path)?;
@@ -301,7 +313,7 @@ pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
     let after = open_nofollow(path)?;
     let st2 = stat_fd(&after, path)?;
     let ok = match m.kind {
-        InitMountKind::Pin => (st2.st_dev, st2.st_ino) == (m.dev, m.ino),
+        InitMountKind::Verify | InitMountKind::Pin => (st2.st_dev, st2.st_ino) == (m.dev, m.ino),
         InitMountKind::ReadOnly => {
             (st2.st_dev, st2.st_ino) == (m.dev, m.ino) && read_only(&after, path)?
         }
@@ -327,4 +339,35 @@ pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
 /// Make every mount, in order.
 pub fn apply(mounts: &[InitMount]) -> Result<(), MountError> {
     mounts.iter().try_for_each(apply_one)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A secret-named symlink checked at start: passes while it is the same link, and fails
+    /// closed once a file (or another link) took its name.
+    #[test]
+    fn verify_fails_when_the_symlink_was_replaced() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().expect("tmp");
+        let dir = t.path().canonicalize().expect("c");
+        let env = dir.join(".env");
+        std::os::unix::fs::symlink("nowhere", &env).expect("ln");
+        let m = std::fs::symlink_metadata(&env).expect("lstat");
+        let want = InitMount {
+            path: env.clone(),
+            kind: InitMountKind::Verify,
+            dev: m.dev(),
+            ino: m.ino(),
+        };
+        apply_one(&want).expect("unchanged link");
+        std::fs::remove_file(&env).expect("rm");
+        std::fs::write(&env, "API_KEY=secret").expect("w");
+        let e = apply_one(&want).expect_err("a file in the link's place");
+        assert!(matches!(e, MountError::Changed { .. }), "{e}");
+        std::fs::remove_file(&env).expect("rm");
+        let e = apply_one(&want).expect_err("gone");
+        assert!(matches!(e, MountError::Os { .. }), "{e}");
+    }
 }

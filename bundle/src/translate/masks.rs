@@ -89,6 +89,10 @@ pub(super) fn mask(b: &mut Builder, secrets: &[SecretMatch]) {
             continue;
         }
         let (k, what) = match s.kind {
+            MaskKind::Link => (
+                InitMountKind::Verify,
+                "a symlink with a secret's name: checked unchanged at start",
+            ),
             MaskKind::File => (InitMountKind::MaskFile, "/dev/null bound over it"),
             MaskKind::Dir => (
                 InitMountKind::MaskDir,
