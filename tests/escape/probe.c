@@ -564,6 +564,20 @@ static int cmd_reopen(const char *f) {
     return 0;
 }
 
+/* O_PATH on a directory, then the *at calls relative to it: create, mkdir, symlink, link
+   and rename into it. */
+static int cmd_opathat(const char *dir) {
+    int d = open(dir, O_PATH | O_DIRECTORY);
+    if (d < 0) { printf("opath: %s\n", errname(errno)); return 0; }
+    say("openat_creat", openat(d, "escape-at", O_WRONLY | O_CREAT, 0644));
+    say("mkdirat", mkdirat(d, "escape-dir", 0755));
+    say("symlinkat", symlinkat("/tmp", d, "escape-link"));
+    int f = open("README", O_RDONLY);
+    say("linkat", linkat(f, "", d, "escape-hl", AT_EMPTY_PATH));
+    say("renameat", renameat(AT_FDCWD, "README", d, "escape-ren"));
+    return 0;
+}
+
 static int cmd_openw(const char *f) {
     int w = open(f, O_WRONLY);
     printf("openw: %s\n", w < 0 ? errname(errno) : "allowed");
@@ -665,6 +679,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "mmapw") && argc == 3) return cmd_mmapw(argv[2]);
     if (!strcmp(c, "reopen") && argc == 3) return cmd_reopen(argv[2]);
     if (!strcmp(c, "openw") && argc == 3) return cmd_openw(argv[2]);
+    if (!strcmp(c, "opathat") && argc == 3) return cmd_opathat(argv[2]);
     if (!strcmp(c, "handle") && argc == 3) return cmd_handle(argv[2]);
     if (!strcmp(c, "mkhandle") && argc == 4) return cmd_mkhandle(argv[2], argv[3]);
     if (!strcmp(c, "kill") && argc == 3) { say("kill", kill(atoi(argv[2]), SIGKILL)); return 0; }

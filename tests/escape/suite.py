@@ -300,8 +300,8 @@ class Full:
         body = f"PROBE={self.probe}\n{PRELUDE}\n{script}"
         return self.as_user([self.vetto, "run", *flags, "--", "/bin/sh", "-c", body])
 
-    def run(self, script, flags=(), timeout=120, stdin=subprocess.DEVNULL):
-        p = subprocess.run(self.cmd(script, flags), cwd=self.proj, capture_output=True,
+    def run(self, script, flags=(), timeout=120, stdin=subprocess.DEVNULL, cwd=None):
+        p = subprocess.run(self.cmd(script, flags), cwd=cwd or self.proj, capture_output=True,
                            text=True, timeout=timeout, stdin=stdin)
         self.last = Run(p.returncode, p.stdout, p.stderr)
         return self.last
@@ -530,6 +530,23 @@ def _(t):
     return _created_case("later.gitconfig", "[core]\n\tfsmonitor = touch /tmp/x\n")(t)
 
 
+@case("T33", "trust handoff", "project is a linked worktree: rewrite its gitlink, or the main repository's config it points to",
+      {"full": "refused (read-only); the main repository is outside and unchanged"}, ("full",))
+def _(t):
+    r = t.host("git worktree add -q ../outside/wt 2>&1 && echo added")
+    need("added" in r.out, f"setup: {r.out} {r.err}")
+    wt = f"{t.outside}/wt"
+    cfg = f"{t.proj}/.git/config"
+    before, link_before = sha(cfg), open(f"{wt}/.git").read()
+    plant = PLANT.format(m=t.marker, f="$(sed -n 's/^gitdir: //p' .git)/../../config")
+    r = t.run("t link " + shlex.quote("printf 'gitdir: /tmp/x\\n' > .git") + "; t main " + shlex.quote(plant), cwd=wt)
+    obs = refused(r.out, "link", "main")
+    need(open(f"{wt}/.git").read() == link_before and sha(cfg) == before, "worktree metadata changed")
+    r2 = t.host("git status --short >/dev/null 2>&1; echo done", cwd=wt)
+    need(r2.out == "done\n" and not os.path.exists(t.marker), "host git ran a planted command")
+    return obs
+
+
 def _setid(t, fn_names):
     r = t.run("$PROBE setid ./setid-target")
     obs = refused(r.out, *fn_names)
@@ -733,6 +750,16 @@ def _(t):
 def _(t):
     r = t.run("$PROBE reopen /etc/hostname; $PROBE reopen .git/config")
     return refused(r.out, "reopen")
+
+
+@case("F18", "filesystem", "O_PATH descriptor of a read-only directory, then openat/mkdirat/symlinkat/linkat/renameat into it",
+      "refused; nothing created there")
+def _(t):
+    names = ["openat_creat", "mkdirat", "symlinkat", "linkat", "renameat"]
+    r = t.run("$PROBE opathat /etc; $PROBE opathat .git")
+    for d in ["/etc", f"{t.proj}/.git"]:
+        need(not any(os.path.lexists(f"{d}/{n}") for n in ["escape-at", "escape-dir", "escape-link", "escape-hl", "escape-ren"]), f"created in {d}")
+    return refused(r.out, *names)
 
 
 @case("F06", "filesystem", "escape with ../../.. from the project to reach the host's / ", "sandbox root only")
