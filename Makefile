@@ -83,6 +83,11 @@ escape: build
 escape-docs: escape
 	python3 tests/escape/splice.py docs/security-tests.md target/escape/results.md
 
+# Every fuzz target (cargo-fuzz on stable with RUSTC_BOOTSTRAP=1; see fuzz/README.md), for
+# FUZZ_SECONDS each (default 20). Not yet part of `make test`.
+fuzz:
+	bash fuzz/run.sh $${FUZZ_SECONDS:-20}
+
 # vetto-shim driven by Podman, containerd and dockerd (root; also part of `make test`).
 e2e: build
 	bash tests/oci/e2e.sh $(SHIM_DEBUG)

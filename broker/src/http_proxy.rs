@@ -26,7 +26,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 
@@ -121,7 +121,8 @@ fn find_head_end(buf: &[u8]) -> Option<HeadBounds> {
 }
 
 /// Read the request head: at most [`HTTP_HEAD_LIMIT`] bytes are ever buffered.
-pub(crate) async fn read_head(stream: &mut TcpStream) -> Result<Head, HeadError> {
+/// Generic over the stream only so that [`crate::fuzzing`] can drive it in memory.
+pub(crate) async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Head, HeadError> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     loop {
@@ -1036,6 +1037,80 @@ impl<'a> AbsoluteRequest<'a> {
         out.extend_from_slice(b"Connection: close\r\n\r\n");
         Ok(UpstreamRequest { head: out, body })
     }
+}
+
+/// What [`handle`] makes of a client's bytes, without a policy or a network, as if every
+/// destination were allowed and dialled: the head ([`read_head`]), the request line
+/// (`CONNECT`: [`parse_connect_request_line`]; any other method: [`AbsoluteRequest::parse`]
+/// and [`AbsoluteRequest::upstream_head`]), and for a forwarded request what
+/// [`send_request`] writes to `upstream` (the rewritten head, then exactly the body). A
+/// refusal comes back as the response [`handle`] would send. For [`crate::fuzzing`] only.
+pub(crate) async fn without_network<R, W>(
+    client: &mut R,
+    upstream: &mut W,
+) -> Result<crate::fuzzing::HttpAccepted, Vec<u8>>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWriteExt + Unpin,
+{
+    use crate::fuzzing::HttpAccepted;
+    let head = match read_head(client).await {
+        Ok(head) => head,
+        Err(HeadError::TooLarge) => {
+            let r = protocol_refusal("head-too-large", 431, "too large".into());
+            return Err(refusal_response(&r));
+        }
+        Err(HeadError::Closed | HeadError::Io(_)) => return Err(vec![]),
+    };
+    let Ok(line) = std::str::from_utf8(&head.request_line) else {
+        let r = protocol_refusal("invalid-request", 400, "not UTF-8".into());
+        return Err(refusal_response(&r));
+    };
+    let method = line.split(' ').next().unwrap_or_default();
+    if method == "CONNECT" {
+        return match parse_connect_request_line(line) {
+            Ok(target) => Ok(HttpAccepted::Connect {
+                target,
+                leftover: head.leftover.len(),
+            }),
+            Err(e @ TargetError::BadRequestLine(_)) => Err(refusal_response(&protocol_refusal(
+                "invalid-request",
+                400,
+                e.to_string(),
+            ))),
+            Err(e) => Err(refusal_response(&Refusal::invalid_destination(&e))),
+        };
+    }
+    let req = AbsoluteRequest::parse(line).map_err(|e| refusal_response(&e.refusal()))?;
+    let request = req
+        .upstream_head(&head.headers)
+        .map_err(|e| refusal_response(&e.refusal()))?;
+    let p = Progress {
+        start: Instant::now(),
+        last_ms: AtomicU64::new(0),
+        up: AtomicU64::new(0),
+        down: AtomicU64::new(0),
+    };
+    let sent = send_request(client, upstream, &request, &head.leftover, &p).await;
+    Ok(HttpAccepted::Forward {
+        target: req.target,
+        head: request.head.len(),
+        content_length: match request.body {
+            BodyFraming::Length(n) => Some(n),
+            _ => None,
+        },
+        chunked: request.body == BodyFraming::Chunked,
+        body_complete: sent.is_ok(),
+    })
+}
+
+/// [`ChunkedBody`] over `input` in one piece: the canonical chunks it writes, whether the
+/// body ended, and how it was refused. For [`crate::fuzzing`] only.
+pub(crate) fn rechunk(input: &[u8]) -> (Vec<u8>, bool, Option<String>) {
+    let mut decoder = ChunkedBody::default();
+    let mut out = Vec::new();
+    let err = decoder.feed(input, &mut out).err().map(|e| e.to_string());
+    (out, decoder.is_done(), err)
 }
 
 /// Over the connection limit: read the head briefly, answer `503`, close.

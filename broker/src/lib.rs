@@ -52,6 +52,8 @@ pub mod approvals;
 pub mod audit;
 pub mod classify;
 pub mod dns;
+#[doc(hidden)]
+pub mod fuzzing;
 mod http_proxy;
 pub mod plan;
 pub mod ratelimit;

@@ -897,8 +897,18 @@ pub(crate) struct Record {
 
 impl Record {
     fn new(shared: &Shared, listener: ListenerKind, client: SocketAddr) -> Self {
+        Self::with_events(shared.events.clone(), listener, client)
+    }
+
+    /// A record whose event goes to `events` (the fuzz entry points of [`crate::fuzzing`]
+    /// give one whose receiver is gone).
+    pub(crate) fn with_events(
+        events: UnboundedSender<BrokerEvent>,
+        listener: ListenerKind,
+        client: SocketAddr,
+    ) -> Self {
         Record {
-            events: shared.events.clone(),
+            events,
             basis: None,
             listener,
             client,

@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
@@ -42,11 +42,11 @@ fn reply(rep: u8, bound: Option<SocketAddr>) -> Vec<u8> {
 }
 
 /// Why the handshake did not produce a target.
-struct HandshakeFail {
+pub(crate) struct HandshakeFail {
     /// A reply to send (REP code), if the client got as far as a request.
-    rep: Option<u8>,
-    code: &'static str,
-    detail: String,
+    pub(crate) rep: Option<u8>,
+    pub(crate) code: &'static str,
+    pub(crate) detail: String,
 }
 
 fn fail(rep: Option<u8>, code: &'static str, detail: impl Into<String>) -> HandshakeFail {
@@ -59,7 +59,11 @@ fn fail(rep: Option<u8>, code: &'static str, detail: impl Into<String>) -> Hands
 
 /// Method negotiation and request. On success the client has been told "no
 /// authentication" and has sent a `CONNECT` request for the returned target.
-async fn handshake(stream: &mut TcpStream, rec: &mut Record) -> Result<Target, HandshakeFail> {
+/// Generic over the stream only so that [`crate::fuzzing`] can drive it in memory.
+pub(crate) async fn handshake<S>(stream: &mut S, rec: &mut Record) -> Result<Target, HandshakeFail>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let closed = |_| {
         fail(
             None,

@@ -116,6 +116,36 @@ pub enum OciError {
     },
 }
 
+/// Entry point for the `oci_config` fuzz target in `fuzz/` (not part of the API).
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::path::{Path, PathBuf};
+
+    pub use super::OciError;
+
+    /// `create`'s first half, [`super::prepare::prepare`], on the bundle directory `bundle`
+    /// (its `config.json` as the caller wrote it), with the cgroupfs driver (the systemd
+    /// one with `systemd`), messages to stderr only: the shadow bundle's directory, or the
+    /// error `create` would report. The host configuration is read as `vetto-shim` reads it
+    /// (`$VETTO_SHIM_CONFIG`).
+    pub fn prepare(
+        id: &str,
+        bundle: &Path,
+        root: &Path,
+        runtime_policy: Option<&str>,
+        policy_dir: Option<&Path>,
+        systemd: bool,
+    ) -> Result<PathBuf, OciError> {
+        let log = super::log::Logger::open(None, None, false);
+        let cgroups = match systemd {
+            true => super::Cgroups::Systemd,
+            false => super::Cgroups::Cgroupfs,
+        };
+        super::prepare::prepare(id, bundle, root, runtime_policy, policy_dir, cgroups, &log)
+            .map(|p| p.dir)
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "vetto-shim",
