@@ -1121,7 +1121,8 @@ def _gone(tag, secs=5):
 def _lifetime(cid, what, script, tiers=("full", "shim")):
     @case(cid, "lifetime", what, "killed when the session ends", tiers)
     def _(t):
-        tag = str(900000 + int(cid[1:]) * 10 + (1 if t.mode == "rootless" else 0))
+        # Unique to this run: a stray process of an earlier run cannot pass for this one's.
+        tag = f"{900000 + int(cid[1:]) * 10 + (1 if t.mode == 'rootless' else 0)}{os.getpid():07d}"
         r = t.run(script.replace("TAG", tag))
         need(_gone(tag), f"sleep {tag} outlived the session")
         return "gone after exit"
@@ -1154,7 +1155,7 @@ def _(t):
 
 @case("L07", "lifetime", "the supervisor killed with SIGKILL while the sandbox runs", {"full": "every sandboxed process dies with it"}, ("full",))
 def _(t):
-    tag = str(990000 + (1 if t.mode == "rootless" else 0))
+    tag = f"{990000 + (1 if t.mode == 'rootless' else 0)}{os.getpid():07d}"
     p = subprocess.Popen(t.cmd(f"setsid sleep {tag} & sleep {tag}"), cwd=t.proj, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     want = f"sleep\0{tag}\0".encode()
     end = time.time() + 20
@@ -1176,7 +1177,7 @@ def _(t):
 
 @case("L08", "lifetime", "outlive wall_clock with SIGTERM ignored", {"full": "killed at the limit"}, ("full",))
 def _(t):
-    tag = str(991000 + (1 if t.mode == "rootless" else 0))
+    tag = f"{991000 + (1 if t.mode == 'rootless' else 0)}{os.getpid():07d}"
     pol = t.policy('[limits]\nwall_clock = "2s"\n')
     start = time.time()
     r = t.run(f"trap '' TERM; sleep {tag}", flags=pol, timeout=60)
