@@ -263,7 +263,10 @@ pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
     let path = m.path.as_path();
     let target = open_nofollow(path)?;
     let st = stat_fd(&target, path)?;
-    if (st.st_dev, st.st_ino) != (m.dev, m.ino) {
+    // A `Verify` object must also still be a symlink: a file made after the link was removed
+    // may reuse its inode number.
+    let is_link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
+    if (st.st_dev, st.st_ino) != (m.dev, m.ino) || (m.kind == InitMountKind::Verify && !is_link) {
         return Err(MountError::Changed {
             path: path.display().to_string(),
             dev: m.dev,
@@ -273,18 +276,8 @@ pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
         });
     }
     let tree = match m.kind {
-        // The (device, inode) matched above, opened with O_NOFOLLOW; and still a symlink (a
-        // file made after the link was removed may reuse its inode number).
-        InitMountKind::Verify if st.st_mode & libc::S_IFMT == libc::S_IFLNK => return Ok(()),
-        InitMountKind::Verify => {
-            return Err(MountError::Changed {
-                path: path.display().to_string(),
-                dev: m.dev,
-                ino: m.ino,
-                found_dev: st.st_dev,
-                found_ino: st.st_ino,
-            })
-        }
+        // The same symlink, opened with O_NOFOLLOW (checked above): nothing to mount.
+        InitMountKind::Verify => return Ok(()),
         InitMountKind::Pin => clone_tree(target.as_raw_fd(), c"", true, path)?,
         InitMountKind::ReadOnly => {
             let t = clone_tree(target.as_raw_fd(), c"", true, path)?;
