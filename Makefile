@@ -48,8 +48,10 @@ test: build
 	  cri_rc=$$?; \
 	  bash tests/escape/run.sh target/debug 2>&1 | tee -a target/test.log; \
 	  esc_rc=$$?; \
+	  bash fuzz/run.sh $${FUZZ_SECONDS:-20} 2>&1 | tee -a target/test.log; \
+	  fuzz_rc=$$?; \
 	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log; \
-	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ] && [ $$esc_rc -eq 0 ]
+	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ] && [ $$esc_rc -eq 0 ] && [ $$fuzz_rc -eq 0 ]
 
 # The OCI runtime-tools validation suite against vetto-shim, crun and runc side by side (built
 # from a fetched copy of opencontainers/runtime-tools with its vendored dependencies; exit 77,
@@ -84,7 +86,9 @@ escape-docs: escape
 	python3 tests/escape/splice.py docs/security-tests.md target/escape/results.md
 
 # Every fuzz target (cargo-fuzz on stable with RUSTC_BOOTSTRAP=1; see fuzz/README.md), for
-# FUZZ_SECONDS each (default 20). Not yet part of `make test`.
+# FUZZ_SECONDS each (default 20), with AddressSanitizer (FUZZ_SANITIZER=none for a plain
+# build). Also part of `make test`, last: a crash fails the run and leaves its input in
+# fuzz/artifacts/TARGET/.
 fuzz:
 	bash fuzz/run.sh $${FUZZ_SECONDS:-20}
 
