@@ -22,6 +22,7 @@
 
 pub mod container;
 pub mod error;
+pub mod fsonly;
 pub mod gitmeta;
 pub mod host;
 pub mod plan;

@@ -18,6 +18,9 @@ pub enum FsAccess {
     ReadWriteNoDelete,
     /// Character devices: read, write, ioctl (`/dev/null`, `/dev/tty`, pts).
     Device,
+    /// List the directory (and those beneath it) and nothing else: the FS-ONLY tier's rule
+    /// for a directory on the way to a secret or a protected path ([`crate::fsonly`]).
+    ListDir,
 }
 
 /// One Landlock path rule.

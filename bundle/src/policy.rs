@@ -36,6 +36,39 @@ pub struct PolicyFile {
     pub approvals: Option<ApprovalsSection>,
     /// Where the audit trail is exported (besides the store, which is always written).
     pub audit: Option<AuditSection>,
+    /// Which sandbox tier the command needs.
+    pub sandbox: Option<SandboxSection>,
+}
+
+/// A Linux sandbox tier, ordered from the weaker: `fs-only` < `full`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tier {
+    /// Landlock, seccomp, no_new_privs, no capabilities, no sockets but the broker's; no
+    /// namespaces (where user namespaces cannot be created).
+    FsOnly,
+    /// User, mount, PID, network, IPC and UTS namespaces, masks, Landlock and seccomp.
+    Full,
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Tier::FsOnly => "fs-only",
+            Tier::Full => "full",
+        })
+    }
+}
+
+/// `[sandbox]`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSection {
+    /// The weakest tier the command may run in (`fs-only`, the default, or `full`): where only
+    /// a weaker one can be established, the command does not run.
+    pub require: Option<Tier>,
 }
 
 /// How much the sandbox may do to the project tree (side-effect levels READ / WRITE /

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::error::PolicyError;
 use crate::policy::{
-    AskMode, HandoffAction, HostPort, NetworkMode, PolicyFile, ProjectAccess, SecretsSection,
+    AskMode, HandoffAction, HostPort, NetworkMode, PolicyFile, ProjectAccess, SecretsSection, Tier,
 };
 use crate::profiles;
 use crate::secrets::BUILTIN_SECRETS;
@@ -140,6 +140,8 @@ pub struct Policy {
     pub audit_otlp: Option<Sourced<String>>,
     /// Every policy file that contributed (they are protected inside the sandbox).
     pub files: Vec<PathBuf>,
+    /// The weakest tier the command may run in.
+    pub require: Sourced<Tier>,
 }
 
 impl Policy {
@@ -283,6 +285,7 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         audit_jsonl: None,
         audit_otlp: None,
         files: vec![],
+        require: Sourced::new(Tier::FsOnly, &builtin),
     };
     let builtin_section = SecretsSection {
         extend: None,
@@ -304,6 +307,9 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
         match src {
             Source::UserFile(path) | Source::PolicyFile(path) => p.files.push(path.clone()),
             _ => {}
+        }
+        if let Some(r) = f.sandbox.as_ref().and_then(|s| s.require) {
+            p.require = Sourced::new(r, src);
         }
         if let Some(fs) = &f.filesystem {
             if let Some(a) = fs.project {
@@ -661,6 +667,12 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
         &before.protected,
         &after.protected,
     ));
+    if after.require.value < before.require.value {
+        w.push(format!(
+            "lowers sandbox.require from {} to {}",
+            before.require.value, after.require.value
+        ));
+    }
     if after.handoff.value > before.handoff.value {
         w.push(format!(
             "changes filesystem.handoff from {} to {}",

@@ -130,6 +130,11 @@ pub enum Capabilities {
     DropAll,
     /// Narrowed to these sets after the filters (they were widened only to install them).
     NarrowAfterFilters(CapSets),
+    /// Every capability held dropped and checked to be gone, the bounding set left as it is
+    /// (an unprivileged process in the host's user namespace cannot clear it; with
+    /// no_new_privs no exec can raise a capability from it): the FS-ONLY tier's caller that
+    /// is not root.
+    DropHeld,
 }
 
 /// One seccomp filter, compiled before the clone.
@@ -238,13 +243,14 @@ pub fn apply(h: &Hardening) -> Result<Applied, HardenError> {
     if let Some(plan) = &h.landlock {
         done.landlock = Some(landlock::apply(plan)?);
     }
-    if let Capabilities::DropAll = h.capabilities {
+    if let Capabilities::DropAll | Capabilities::DropHeld = h.capabilities {
         done.caps = Some(process::drop_all_capabilities()?);
         // Non-dumpable: the sandbox cannot open /proc/1/{mem,exe,environ} of its init.
         // SAFETY: integer-only prctl.
         unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
         let (effective, bounding) = process::read_caps()?;
-        if effective != 0 || bounding != 0 {
+        let bounding_must_be_empty = matches!(h.capabilities, Capabilities::DropAll);
+        if effective != 0 || (bounding_must_be_empty && bounding != 0) {
             return Err(HardenError::CapsRemain {
                 effective,
                 bounding,

@@ -149,6 +149,7 @@ pub fn rights(access: FsAccess) -> BitFlags<AccessFs> {
         FsAccess::Device => {
             AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::ReadDir
         }
+        FsAccess::ListDir => AccessFs::ReadDir.into(),
     }
 }
 

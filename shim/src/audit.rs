@@ -278,12 +278,13 @@ pub fn run_start(
     argv: &[String],
     project: &Path,
     uid: u32,
+    tier: &str,
 ) -> SessionStart {
     SessionStart {
         policy_digest: policy_digest(policy),
         profile: policy.profile.clone(),
         layers: layers(policy),
-        tier: "FULL".into(),
+        tier: tier.into(),
         landlock_abi,
         argv: argv.to_vec(),
         project: project.display().to_string(),

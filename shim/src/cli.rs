@@ -313,6 +313,13 @@ pub struct RunArgs {
     /// `vetto approvals grant ID --always` to let a later run through (as the `ci` profile).
     #[arg(long)]
     pub unattended: bool,
+    /// The sandbox tier: `auto` (FULL where a probe sandbox can be created, else FS-ONLY
+    /// where Landlock and seccomp work, else refuse), `full`, or `fs-only`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub tier: crate::tier::TierChoice,
+    /// Do not print the tier line (`vetto: tier FULL, landlock ABI 7`) on stderr.
+    #[arg(short, long)]
+    pub quiet: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

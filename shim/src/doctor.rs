@@ -62,56 +62,77 @@ fn read_trim(p: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// Can this user create a user namespace? Tried for real in a child process.
-fn probe_userns() -> Probe {
+/// Can FULL's namespaces be created here? Tried for real, by the probe `vetto run --tier
+/// auto` uses ([`crate::tier::probe_full`]); the sysctls are reported beside it.
+fn probe_userns() -> (Probe, Option<crate::tier::NoFull>) {
     let mut notes = vec![];
-    if let Some(v) = read_trim("/proc/sys/kernel/unprivileged_userns_clone") {
-        notes.push(format!("kernel.unprivileged_userns_clone={v}"));
-    }
-    if let Some(v) = read_trim("/proc/sys/user/max_user_namespaces") {
-        notes.push(format!("user.max_user_namespaces={v}"));
-    }
-    if let Some(v) = read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
-        notes.push(format!("kernel.apparmor_restrict_unprivileged_userns={v}"));
-    }
-    let sysctl_ok = read_trim("/proc/sys/kernel/unprivileged_userns_clone")
-        .is_none_or(|v| v == "1")
-        && read_trim("/proc/sys/user/max_user_namespaces").is_none_or(|v| v != "0")
-        && read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-            .is_none_or(|v| v == "0");
-    // SAFETY: fork in a process that has not started other threads at this point of doctor;
-    // the child only calls async-signal-safe functions (unshare, _exit).
-    let pid = unsafe { libc::fork() };
-    let tried = match pid {
-        0 => {
-            // SAFETY: unshare and _exit are async-signal-safe and touch no Rust state.
-            unsafe {
-                let r = libc::unshare(libc::CLONE_NEWUSER);
-                libc::_exit(if r == 0 { 0 } else { 1 })
-            }
-        }
-        p if p > 0 => vetto_hooks::process::wait(p) == Some(0),
-        _ => false,
-    };
-    let root = nix::unistd::geteuid().is_root();
-    notes.push(format!(
-        "unshare(CLONE_NEWUSER) {}",
-        if tried { "works" } else { "fails" }
-    ));
-    let ok = tried && (root || sysctl_ok);
-    Probe {
-        name: "user namespaces".into(),
-        ok: ok && (sysctl_ok || root),
-        detail: format!(
-            "{}{}",
-            notes.join(", "),
-            if root && !sysctl_ok {
-                " (root only: unprivileged users cannot)"
-            } else {
-                ""
-            }
+    for (name, path) in [
+        (
+            "kernel.unprivileged_userns_clone",
+            "/proc/sys/kernel/unprivileged_userns_clone",
         ),
+        (
+            "user.max_user_namespaces",
+            "/proc/sys/user/max_user_namespaces",
+        ),
+        (
+            "kernel.apparmor_restrict_unprivileged_userns",
+            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+        ),
+    ] {
+        if let Some(v) = read_trim(path) {
+            notes.push(format!("{name}={v}"));
+        }
     }
+    let tried = crate::tier::probe_full();
+    match &tried {
+        Ok(()) => notes.push("a probe sandbox's namespaces were created".into()),
+        Err(no) => notes.push(format!("probe: {no}")),
+    }
+    (
+        Probe {
+            name: "user namespaces".into(),
+            ok: tried.is_ok(),
+            detail: notes.join(", "),
+        },
+        tried.err(),
+    )
+}
+
+/// The name vetto's AppArmor profile is loaded under (`apparmor/vetto`).
+pub const APPARMOR_PROFILE: &str = "vetto";
+
+/// Ubuntu's restriction of unprivileged user namespaces, and whether vetto's profile (which
+/// grants `userns,`) is loaded; `None` where the kernel has no such restriction.
+fn probe_apparmor() -> Option<Probe> {
+    let restrict = read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")?;
+    let loaded = std::fs::read_to_string("/sys/kernel/security/apparmor/profiles")
+        .ok()
+        .map(|s| {
+            s.lines().any(|l| {
+                l.split(" (").next().is_some_and(|n| {
+                    n == APPARMOR_PROFILE
+                        || n.starts_with(&format!("{APPARMOR_PROFILE}//"))
+                        || n.ends_with("/vetto")
+                        || n.ends_with("/vetto-shim")
+                })
+            })
+        });
+    let state = match loaded {
+        Some(true) => "vetto's profile is loaded",
+        Some(false) => "vetto's profile is NOT loaded",
+        None => "the loaded profiles cannot be read (AppArmor off, or securityfs not mounted)",
+    };
+    let restricted = restrict == "1";
+    Some(Probe {
+        name: "apparmor".into(),
+        ok: !restricted || loaded == Some(true),
+        detail: match (restricted, loaded) {
+            (false, _) => format!("apparmor_restrict_unprivileged_userns=0 (no restriction); {state}"),
+            (true, Some(true)) => format!("unprivileged user namespaces are restricted; {state}, so vetto may create them"),
+            (true, _) => format!("unprivileged user namespaces are restricted and {state}: install it (`sudo make install`, or the Debian package, puts it in /etc/apparmor.d/vetto) and load it with `sudo apparmor_parser -r /etc/apparmor.d/vetto`"),
+        },
+    })
 }
 
 fn probe_seccomp() -> Probe {
@@ -198,39 +219,58 @@ pub fn probe() -> Report {
             None => "unavailable (kernel without Landlock, or not in the LSM list)".into(),
         },
     };
-    let userns = probe_userns();
+    let (userns, no_full) = probe_userns();
     let sc = probe_seccomp();
     let (layout, cg) = cgroup_layout();
+    let aa = probe_apparmor();
+    let fs_missing = crate::tier::fs_only_missing(abi);
     let (tier, reason) = if ll.ok && userns.ok && sc.ok {
         (
             Tier::Full,
             "Landlock, user namespaces and seccomp are all available".to_string(),
         )
-    } else if ll.ok && sc.ok {
+    } else if fs_missing.is_none() && sc.ok {
         (
             Tier::FsOnly,
-            format!("user namespaces unavailable: {}", userns.detail),
+            format!(
+                "FULL cannot be established ({}); to enable it: {}",
+                no_full
+                    .as_ref()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|| "Landlock or seccomp is missing".into()),
+                no_full.as_ref().map(|n| n.fix()).unwrap_or_default()
+            ),
         )
     } else {
-        let missing: Vec<&str> = [(&ll, "Landlock"), (&sc, "seccomp")]
-            .iter()
-            .filter(|(p, _)| !p.ok)
-            .map(|(_, n)| *n)
-            .collect();
+        let mut missing: Vec<String> = vec![];
+        if let Some(m) = &fs_missing {
+            missing.push(m.clone());
+        }
+        if !sc.ok {
+            missing.push("seccomp filters".into());
+        }
+        if let Some(n) = &no_full {
+            missing.push(format!(
+                "user namespaces ({n}; to enable them: {})",
+                n.fix()
+            ));
+        }
         (
             Tier::None,
             format!(
                 "missing {}: vetto refuses to run commands",
-                missing.join(" and ")
+                missing.join("; ")
             ),
         )
     };
+    let mut probes = vec![ll, userns, sc, cg];
+    probes.extend(aa);
     Report {
         tier,
         reason,
         landlock_abi: abi,
         cgroup_layout: layout,
-        probes: vec![ll, userns, sc, cg],
+        probes,
         selftest: None,
     }
 }
@@ -248,9 +288,24 @@ grep -q '^NoNewPrivs:.1' /proc/self/status && echo "no-new-privs=ok set" || echo
 grep -q '^Seccomp:.2' /proc/self/status && echo "seccomp=ok filter installed" || echo "seccomp=FAIL no filter"
 "#;
 
-/// Run a real sandbox with the default profile in a throwaway project and report what it
-/// enforced.
-pub fn selftest() -> Vec<Probe> {
+/// The FS-ONLY tier's self-test: no namespaces to check, the network refused by seccomp;
+/// the write is checked in a subdirectory (nothing can be created directly in a directory
+/// that holds a secret, here the project root).
+const SELFTEST_FS_ONLY: &str = r#"
+cat .env >/dev/null 2>&1 && echo "secret-mask=FAIL .env readable" || echo "secret-mask=ok .env unreadable"
+touch /etc/.vetto-selftest 2>/dev/null && echo "read-only-system=FAIL /etc writable" || echo "read-only-system=ok /etc not writable"
+echo x > work/selftest.out 2>/dev/null && echo "project-write=ok project writable" || echo "project-write=FAIL project not writable"
+ls / >/dev/null 2>&1 && echo "landlock=FAIL / listable" || echo "landlock=ok / not listable (no rule covers it)"
+ls "$HOME" >/dev/null 2>&1 && echo "home=FAIL HOME listable" || echo "home=ok HOME not listable"
+if command -v python3 >/dev/null; then python3 -c 'import socket; socket.socket()' 2>/dev/null && echo "network=FAIL a socket was created" || echo "network=ok socket() refused"; fi
+grep -q '^CapEff:.0000000000000000' /proc/self/status && echo "capabilities=ok none effective" || echo "capabilities=FAIL some held"
+grep -q '^NoNewPrivs:.1' /proc/self/status && echo "no-new-privs=ok set" || echo "no-new-privs=FAIL unset"
+grep -q '^Seccomp:.2' /proc/self/status && echo "seccomp=ok filter installed" || echo "seccomp=FAIL no filter"
+"#;
+
+/// Run a real sandbox with the default profile in a throwaway project, in `tier`, and report
+/// what it enforced.
+pub fn selftest(tier: Tier) -> Vec<Probe> {
     let fail = |detail: String| {
         vec![Probe {
             name: "self-test".into(),
@@ -260,6 +315,7 @@ pub fn selftest() -> Vec<Probe> {
     };
     let dir = std::env::temp_dir().join(format!("vetto-selftest-{}", std::process::id()));
     if let Err(e) = std::fs::create_dir(&dir)
+        .and_then(|_| std::fs::create_dir(dir.join("work")))
         .and_then(|_| std::fs::write(dir.join(".env"), "VETTO_SELFTEST_SECRET=1\n"))
     {
         return fail(format!("cannot create {}: {e}", dir.display()));
@@ -272,10 +328,24 @@ pub fn selftest() -> Vec<Probe> {
                 "--no-user-policy",
                 "--profile",
                 "default",
+                "--quiet",
+                "--tier",
+                match tier {
+                    Tier::FsOnly => "fs-only",
+                    _ => "full",
+                },
                 "--project",
             ])
             .arg(&dir)
-            .args(["--", "/bin/sh", "-c", SELFTEST])
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                match tier {
+                    Tier::FsOnly => SELFTEST_FS_ONLY,
+                    _ => SELFTEST,
+                },
+            ])
             .current_dir(&dir)
             .stdin(std::process::Stdio::null())
             .output()

@@ -49,8 +49,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Watch { store } => return watch::run(store.as_deref()).map(ExitCode::from),
         Command::Doctor { json, no_selftest } => {
             let mut r = doctor::probe();
-            if !no_selftest && r.tier == doctor::Tier::Full {
-                let st = doctor::selftest();
+            if !no_selftest && r.tier != doctor::Tier::None {
+                let st = doctor::selftest(r.tier);
                 if st.iter().any(|p| !p.ok) || st.is_empty() {
                     r.tier = doctor::Tier::None;
                     r.reason = "the self-test sandbox did not enforce every control".into();

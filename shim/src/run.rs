@@ -15,6 +15,7 @@ use vetto_broker::error_chain;
 use crate::cli::RunArgs;
 use crate::engine::{self, Common, CreateOptions, Mode};
 use crate::{audit, policy_cmd, pty, session, sidecar, userns};
+use vetto_bundle::policy::Tier;
 
 /// Exit status when vetto itself could not set the sandbox up (as Docker and Podman do).
 pub const EXIT_SETUP: u8 = 125;
@@ -46,7 +47,7 @@ impl Phases {
     }
 }
 
-fn clamp_rlimits(spec: &mut Value) {
+pub(crate) fn clamp_rlimits(spec: &mut Value) {
     let Some(list) = spec
         .pointer_mut("/process/rlimits")
         .and_then(|v| v.as_array_mut())
@@ -79,7 +80,7 @@ fn clamp_rlimits(spec: &mut Value) {
     }
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into our array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -180,8 +181,34 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             return Err(e);
         }
     };
-    if facts.landlock_abi.is_none() {
-        bail!("landlock: not available on this kernel, so the FULL tier cannot be established and the command does not run (see `vetto doctor`)");
+    let tier = match crate::tier::select(args.tier, policy.require.value, facts.landlock_abi) {
+        Ok(tier) => tier,
+        Err(why) => {
+            if let Some(dir) = &audit_dir {
+                let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+                if let Ok(cfg) = audit::run_config(dir, &args.audit, None, &home) {
+                    audit::refusal(
+                        &cfg,
+                        &session::new_id(),
+                        "tier",
+                        vec![why.clone()],
+                        &args.command,
+                        Engine::Run,
+                    );
+                }
+            }
+            bail!("{why}");
+        }
+    };
+    let tier_name = match tier {
+        Tier::Full => "FULL",
+        Tier::FsOnly => "FS-ONLY",
+    };
+    if !args.quiet {
+        eprintln!(
+            "vetto: tier {tier_name}, landlock ABI {}",
+            facts.landlock_abi.unwrap_or(0)
+        );
     }
     let audit_cfg = audit_dir
         .as_deref()
@@ -205,6 +232,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             &args.command,
             &facts.project,
             facts.uid,
+            tier_name,
         )
     };
     ph.mark("policy");
@@ -233,6 +261,16 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     }
     session::sweep_stale(&root);
+    if tier == Tier::FsOnly {
+        return crate::fsonly::run(crate::fsonly::FsOnly {
+            args,
+            facts: &facts,
+            policy: &policy,
+            t: &t,
+            audit_cfg: audit_cfg.as_ref(),
+            session: &session::new_id(),
+        });
+    }
     let sess = session::create(&root)?;
     let bundle = sess.bundle();
 

@@ -1,0 +1,251 @@
+//! The FS-ONLY view ([`vetto_bundle::fsonly::view`]) on a real tree: the rules go around
+//! every secret and protected path, nothing private to FULL is granted from the host, and the
+//! safety budget is an error, not a broad fallback.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use vetto_bundle::fsonly::{self, FsOnlyError, MAX_RULES};
+use vetto_bundle::host::{HostFacts, SystemDir};
+use vetto_bundle::plan::{FsAccess, InitMountKind, LandlockPlan};
+use vetto_bundle::policy::PolicyFile;
+use vetto_bundle::profiles;
+use vetto_bundle::resolve::{merge, Layer, Source};
+use vetto_bundle::secrets;
+use vetto_bundle::translate::{translate, Translation};
+
+struct World {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    proj: PathBuf,
+}
+
+fn world() -> World {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path().canonicalize().expect("canonical");
+    let home = root.join("home");
+    let proj = home.join("proj");
+    for d in [
+        proj.join("src/deep"),
+        proj.join(".git/hooks"),
+        proj.join("config"),
+        home.join(".ssh"),
+        home.join(".cargo/registry"),
+    ] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    for (p, text) in [
+        (proj.join(".env"), "SECRET=1\n"),
+        (proj.join("config/.env.local"), "SECRET=2\n"),
+        (proj.join("README"), "hi\n"),
+        (proj.join("src/deep/lib.rs"), "\n"),
+        (proj.join(".git/config"), "[core]\n"),
+        (proj.join(".git/HEAD"), "ref: refs/heads/main\n"),
+        (home.join(".gitconfig"), "[user]\n"),
+        (home.join(".ssh/id_ed25519"), "key\n"),
+        (home.join(".cargo/credentials.toml"), "token\n"),
+        (home.join(".cargo/config.toml"), "\n"),
+    ] {
+        std::fs::write(p, text).expect("write");
+    }
+    std::os::unix::fs::symlink("/etc", proj.join("src/etc-link")).expect("symlink");
+    World {
+        _tmp: tmp,
+        home,
+        proj,
+    }
+}
+
+fn facts(w: &World) -> HostFacts {
+    HostFacts {
+        uid: 1000,
+        gid: 1000,
+        user: "dev".into(),
+        home: w.home.clone(),
+        project: w.proj.clone(),
+        cwd: w.proj.clone(),
+        env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+        landlock_abi: Some(7),
+        system_dirs: vec![SystemDir {
+            path: "/usr".into(),
+            symlink: None,
+        }],
+        home_dotfiles: vec![w.home.join(".gitconfig"), w.home.join(".cargo")],
+        host_private: vec![],
+        host_sealed: vec![],
+        git_metadata: vec![],
+        git_absent: vec![],
+    }
+}
+
+fn translated(w: &World, extra: &str) -> Translation {
+    let f = facts(w);
+    let layers = [
+        Layer {
+            file: profiles::load("default").expect("profile"),
+            source: Source::Builtin("profile \"default\"".into()),
+        },
+        Layer {
+            file: PolicyFile::parse(extra, "test").expect("parse"),
+            source: Source::Builtin("test".into()),
+        },
+    ];
+    let policy = merge("default", &layers).expect("merge");
+    let found = secrets::scan(&policy.secret_patterns(), &f.home, &f.project).expect("secret scan");
+    translate(&policy, &f, &found, "fsonly-test").expect("translate")
+}
+
+fn access_at(plan: &LandlockPlan, p: &Path) -> Option<FsAccess> {
+    plan.rules.iter().find(|r| r.path == p).map(|r| r.access)
+}
+
+#[test]
+fn the_view_goes_around_every_mask_and_protection() {
+    let w = world();
+    let t = translated(&w, "[filesystem]\nproject = \"write\"\n");
+    let tmpdir = PathBuf::from("/tmp/vetto-fs-test-private");
+    let plan = fsonly::view(&t, std::slice::from_ref(&tmpdir), &[]).expect("view");
+    assert_eq!(plan.min_abi, fsonly::MIN_ABI);
+    assert!(plan.scope);
+
+    // Every mask: no rule on it or above it but ListDir (Landlock rights add up down a tree).
+    // Every read-only protection: nothing that could write it.
+    let masks: Vec<&PathBuf> = t
+        .plan
+        .mounts
+        .iter()
+        .filter(|m| matches!(m.kind, InitMountKind::MaskFile | InitMountKind::MaskDir))
+        .map(|m| &m.path)
+        .collect();
+    assert!(masks.contains(&&w.proj.join(".env")), "{masks:?}");
+    assert!(
+        masks.contains(&&w.proj.join("config/.env.local")),
+        "{masks:?}"
+    );
+    for m in &masks {
+        for r in plan.rules.iter().filter(|r| m.starts_with(&r.path)) {
+            assert_eq!(
+                r.access,
+                FsAccess::ListDir,
+                "{} grants {m:?}",
+                r.path.display()
+            );
+        }
+    }
+    let protected: Vec<&PathBuf> = t
+        .plan
+        .mounts
+        .iter()
+        .filter(|m| m.kind == InitMountKind::ReadOnly)
+        .map(|m| &m.path)
+        .collect();
+    assert!(
+        protected
+            .iter()
+            .any(|p| w.proj.join(".git/config").starts_with(p)),
+        "{protected:?}"
+    );
+    for p in &protected {
+        for r in plan.rules.iter().filter(|r| p.starts_with(&r.path)) {
+            assert!(
+                matches!(r.access, FsAccess::ListDir | FsAccess::ReadExec),
+                "{} grants {:?} over {p:?}",
+                r.path.display(),
+                r.access
+            );
+        }
+    }
+    // Around them: the rest of the project keeps its access.
+    assert_eq!(access_at(&plan, &w.proj), Some(FsAccess::ListDir));
+    assert_eq!(
+        access_at(&plan, &w.proj.join("src")),
+        Some(FsAccess::ReadWrite)
+    );
+    assert_eq!(
+        access_at(&plan, &w.proj.join("README")),
+        Some(FsAccess::ReadWrite)
+    );
+    assert_eq!(
+        access_at(&plan, &w.proj.join(".git")),
+        Some(FsAccess::ReadExec)
+    );
+    assert_eq!(access_at(&plan, &w.proj.join(".env")), None);
+    // HOME's dotfiles, around the masked credentials; HOME itself is not granted.
+    assert_eq!(access_at(&plan, &w.home), None);
+    assert_eq!(
+        access_at(&plan, &w.home.join(".gitconfig")),
+        Some(FsAccess::ReadExec)
+    );
+    assert_eq!(
+        access_at(&plan, &w.home.join(".cargo")),
+        Some(FsAccess::ListDir)
+    );
+    assert_eq!(
+        access_at(&plan, &w.home.join(".cargo/config.toml")),
+        Some(FsAccess::ReadExec)
+    );
+    assert_eq!(
+        access_at(&plan, &w.home.join(".cargo/credentials.toml")),
+        None
+    );
+    assert!(plan
+        .rules
+        .iter()
+        .all(|r| !r.path.starts_with(w.home.join(".ssh"))));
+    // What FULL makes private is not granted from the host; the session's own TMPDIR is.
+    for p in ["/tmp", "/dev/shm", "/dev/pts"] {
+        assert_eq!(access_at(&plan, Path::new(p)), None, "{p}");
+    }
+    assert_eq!(access_at(&plan, &tmpdir), Some(FsAccess::ReadWrite));
+    assert_eq!(
+        access_at(&plan, Path::new("/proc")),
+        Some(FsAccess::ReadExec)
+    );
+    assert_eq!(
+        access_at(&plan, Path::new("/usr")),
+        Some(FsAccess::ReadExec)
+    );
+    assert_eq!(
+        access_at(&plan, Path::new("/dev/null")),
+        Some(FsAccess::Device)
+    );
+    // A symlink met on the way is not followed (its target is granted only by its own rule).
+    assert_eq!(access_at(&plan, &w.proj.join("src/etc-link")), None);
+}
+
+#[test]
+fn the_seccomp_plan_refuses_sockets_and_user_namespaces() {
+    let w = world();
+    let t = translated(&w, "");
+    let s = fsonly::seccomp(&t.plan.seccomp);
+    assert!(s.deny.iter().any(|d| d == "socket"));
+    assert!(s.deny_args.iter().all(|a| a.syscall != "socket"));
+    for sc in ["socketpair", "unshare", "clone"] {
+        assert!(s.deny_args.iter().any(|a| a.syscall == sc), "{sc}");
+    }
+    assert!(s.deny_errno.iter().any(|e| e.syscall == "clone3"));
+    // FULL's own list is all still there.
+    for d in &t.plan.seccomp.deny {
+        assert!(s.deny.contains(d), "{d}");
+    }
+}
+
+#[test]
+fn a_tree_too_large_to_go_around_is_an_error_not_a_fallback() {
+    let w = world();
+    let many = w.proj.join("many");
+    std::fs::create_dir(&many).expect("mkdir");
+    std::fs::write(many.join(".env"), "S=1\n").expect("w");
+    for i in 0..MAX_RULES {
+        std::fs::write(many.join(format!("f{i}")), "").expect("w");
+    }
+    let t = translated(&w, "");
+    match fsonly::view(&t, &[], &[]) {
+        Err(e @ FsOnlyError::Budget { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("safety budget"), "{msg}");
+            assert!(msg.contains(&w.proj.display().to_string()), "{msg}");
+        }
+        other => panic!("expected the budget error, got {other:?}"),
+    }
+}

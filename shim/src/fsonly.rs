@@ -1,0 +1,701 @@
+//! `vetto run` in the FS-ONLY tier: no namespaces, so no libcontainer and no init. The
+//! supervisor forks the command itself; the child, before `execve`, takes its own process
+//! group, sets the policy's rlimits, and applies the same [`apply`](vetto_hooks::apply::apply)
+//! steps as FULL's init minus the namespace ones: no_new_privs, Landlock with the narrow view
+//! of [`vetto_bundle::fsonly::view`] (ABI ≥ 6, so signals and abstract UNIX sockets are scoped
+//! to the sandbox), every capability dropped, PDEATHSIG checked against the supervisor's
+//! pidfd, and the deny-list with sockets refused ([`vetto_bundle::fsonly::seccomp`]).
+//!
+//! The supervisor is the sandbox's child subreaper (`PR_SET_CHILD_SUBREAPER`): a process
+//! that leaves the group with `setsid()` or is orphaned by a double fork is reparented to it,
+//! not to the host's init, and when the command ends it kills and reaps every descendant
+//! until none is left. What this tier cannot do is documented in the threat model: if the
+//! supervisor itself is killed with SIGKILL, only the command dies with it (PDEATHSIG); its
+//! descendants live on, still under Landlock and seccomp.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use vetto_broker::audit::event::{EndReason, Limit};
+use vetto_bundle::host::HostFacts;
+use vetto_bundle::resolve::Policy;
+use vetto_bundle::translate::Translation;
+use vetto_hooks::apply::{self, Capabilities, Filter, Hardening};
+use vetto_hooks::process;
+
+use crate::audit;
+use crate::cli::RunArgs;
+use crate::run::{EXIT_SETUP, EXIT_WALL_CLOCK};
+
+/// Signals the supervisor forwards to the command's process group.
+const FORWARDED: &[libc::c_int] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+];
+
+/// What the network plan asks that this tier cannot give, if anything.
+fn network_refusal(t: &Translation, git_ssh: bool) -> Option<String> {
+    let net = &t.plan.network;
+    if net.broker.is_some() || !net.listeners.is_empty() || !net.publish.is_empty() || git_ssh {
+        return Some("network: the FS-ONLY tier runs with the network off (every socket() is refused); the broker, host ports and published ports need FULL's network namespace. Run with the network off, or where FULL can be established (see `vetto doctor`)".into());
+    }
+    None
+}
+
+/// The terminal devices on stdin, stdout and stderr (`/dev/pts/N`), granted by name.
+fn terminals() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = vec![];
+    for fd in 0..3 {
+        // SAFETY: isatty on a descriptor number.
+        if unsafe { libc::isatty(fd) } != 1 {
+            continue;
+        }
+        if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+            if p.starts_with("/dev/") && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// A private directory for the session's `TMPDIR` (0700, in the host's `/tmp`).
+struct PrivateTmp(PathBuf);
+
+impl PrivateTmp {
+    fn create(uid: u32) -> Result<Self> {
+        let template = CString::new(format!("/tmp/vetto-fs-{uid}.XXXXXX"))?;
+        let mut buf = template.into_bytes_with_nul();
+        // SAFETY: mkdtemp rewrites the X's of the NUL-terminated template we own (mode 0700).
+        let p = unsafe { libc::mkdtemp(buf.as_mut_ptr().cast()) };
+        if p.is_null() {
+            bail!(
+                "FS-ONLY: creating the session's private TMPDIR in /tmp: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        buf.pop();
+        let path = PathBuf::from(String::from_utf8(buf).context("mkdtemp path")?);
+        Ok(PrivateTmp(path))
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        // remove_dir_all does not follow symlinks the sandbox left there.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Rlimit {
+    resource: libc::__rlimit_resource_t,
+    value: u64,
+}
+
+fn rlimits(spec: &Value) -> Vec<Rlimit> {
+    let mut out = vec![];
+    for r in spec
+        .pointer("/process/rlimits")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let resource = match r["type"].as_str() {
+            Some("RLIMIT_NOFILE") => libc::RLIMIT_NOFILE,
+            Some("RLIMIT_NPROC") => libc::RLIMIT_NPROC,
+            Some("RLIMIT_CORE") => libc::RLIMIT_CORE,
+            Some("RLIMIT_AS") => libc::RLIMIT_AS,
+            _ => continue,
+        };
+        if let Some(value) = r["hard"].as_u64() {
+            out.push(Rlimit { resource, value });
+        }
+    }
+    out
+}
+
+fn cstrings(v: &[String]) -> Result<Vec<CString>> {
+    v.iter()
+        .map(|s| CString::new(s.as_bytes()).with_context(|| format!("{s:?} holds a NUL byte")))
+        .collect()
+}
+
+/// Everything the child needs, prepared before the fork (it allocates nothing after).
+struct Child {
+    file: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    cwd: CString,
+    rlimits: Vec<Rlimit>,
+    hardening: Hardening,
+    tty: bool,
+    error_fd: RawFd,
+    pidfd: RawFd,
+}
+
+/// Close every descriptor above 2 but `keep`.
+fn close_all_but(keep: &[RawFd]) {
+    let mut keep: Vec<libc::c_uint> = keep
+        .iter()
+        .filter_map(|k| libc::c_uint::try_from(*k).ok())
+        .collect();
+    keep.sort_unstable();
+    let mut from: libc::c_uint = 3;
+    for k in keep.into_iter().chain([libc::c_uint::MAX]) {
+        if k > from {
+            // SAFETY: close_range takes integers; it closes only descriptors of this child.
+            unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) };
+        }
+        from = from.max(k.saturating_add(1));
+    }
+}
+
+fn report(fd: RawFd, msg: &str) {
+    // SAFETY: writing a buffer we own to our error pipe; a failure changes nothing.
+    unsafe { libc::write(fd, msg.as_ptr().cast(), msg.len()) };
+}
+
+/// Report `what` to the supervisor and leave the forked child with `code`.
+fn die(fd: RawFd, what: &str, code: i32) -> ! {
+    report(fd, what);
+    // SAFETY: leaving the forked child without the parent's destructors.
+    unsafe { libc::_exit(code) }
+}
+
+fn child_main(c: &Child) -> ! {
+    let fail = |what: &str, code: i32| -> ! { die(c.error_fd, what, code) };
+    // SAFETY: setpgid with integers: the command leads a process group of its own.
+    unsafe { libc::setpgid(0, 0) };
+    if c.tty {
+        // SAFETY: integer-only calls; SIGTTOU is ignored so a background group may take the
+        // terminal, then restored by the reset below.
+        unsafe {
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, libc::getpid());
+        }
+    }
+    if process::reset_signal_dispositions().is_err() {
+        fail("FS-ONLY: resetting signal dispositions failed", 125);
+    }
+    for r in &c.rlimits {
+        let lim = libc::rlimit {
+            rlim_cur: r.value,
+            rlim_max: r.value,
+        };
+        // SAFETY: setrlimit reads the struct we own.
+        if unsafe { libc::setrlimit(r.resource, &lim) } != 0 {
+            fail(
+                &format!(
+                    "limits: setrlimit({}): {}",
+                    r.resource,
+                    std::io::Error::last_os_error()
+                ),
+                125,
+            );
+        }
+    }
+    // SAFETY: chdir to a NUL-terminated path we own.
+    if unsafe { libc::chdir(c.cwd.as_ptr()) } != 0 {
+        fail(
+            &format!(
+                "working directory {:?}: {}",
+                c.cwd,
+                std::io::Error::last_os_error()
+            ),
+            125,
+        );
+    }
+    // Nothing of the supervisor's reaches the command but stdio; the error pipe (CLOEXEC)
+    // and the supervisor's pidfd stay open until exec.
+    close_all_but(&[c.error_fd, c.pidfd]);
+    if let Err(e) = apply::apply(&c.hardening) {
+        fail(&vetto_broker::error_chain(&e), 125);
+    }
+    sandbox_reaper(c)
+}
+
+/// The signal the sandbox's reaper gets when the supervisor dies (not one the supervisor
+/// forwards, so it cannot be mistaken for one).
+fn parent_death_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 3
+}
+
+/// Inside the sandbox (under every control already): the process group's leader stays
+/// behind as the sandbox's own subreaper and forks the command. When the command ends, or
+/// when the supervisor dies (PDEATHSIG, even by SIGKILL), it kills and reaps every
+/// descendant, then exits with the command's status. The agent can kill it (same domain);
+/// its orphans then go to the supervisor, the next subreaper up.
+fn sandbox_reaper(c: &Child) -> ! {
+    let fail = |what: &str, code: i32| -> ! { die(c.error_fd, what, code) };
+    let pdeath = parent_death_signal();
+    let mut handled: Vec<libc::c_int> = FORWARDED.to_vec();
+    handled.extend([libc::SIGCHLD, pdeath]);
+    let Ok(sfd) = process::block_into_signalfd(&handled, libc::SFD_CLOEXEC) else {
+        fail("FS-ONLY: the sandbox's reaper: signalfd failed", 125)
+    };
+    // SAFETY: integer-only prctls.
+    let armed = unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            && libc::prctl(libc::PR_SET_PDEATHSIG, pdeath as libc::c_ulong, 0, 0, 0) == 0
+    };
+    if !armed {
+        fail("FS-ONLY: the sandbox's reaper: prctl failed", 125);
+    }
+    if apply::arm_parent_death(Some(c.pidfd)).is_err() {
+        fail("FS-ONLY: the supervisor exited during setup", 125);
+    }
+    // arm_parent_death set SIGKILL; the reaper needs a signal it can act on.
+    // SAFETY: integer-only prctl.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, pdeath as libc::c_ulong, 0, 0, 0) };
+    // SAFETY: the reaper is single-threaded; the command's side only execs or _exits.
+    let cmd = unsafe { libc::fork() };
+    if cmd < 0 {
+        fail("FS-ONLY: fork of the command failed", 125);
+    }
+    if cmd == 0 {
+        // SAFETY: integer-only prctls: the command has no subreaper role and no PDEATHSIG.
+        unsafe {
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0);
+        }
+        if process::reset_signal_dispositions().is_err() {
+            fail("FS-ONLY: resetting signal dispositions failed", 125);
+        }
+        exec_command(c);
+    }
+    // SAFETY: closing the reaper's copies; the command keeps its own until exec.
+    unsafe {
+        libc::close(c.error_fd);
+        libc::close(c.pidfd);
+    }
+    let code = loop {
+        // SAFETY: signalfd_siginfo is plain data.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let want = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reading one siginfo into our struct (blocking).
+        let r = unsafe {
+            libc::read(
+                sfd.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                want,
+            )
+        };
+        if r as usize == want && info.ssi_signo as libc::c_int == pdeath {
+            break 128 + libc::SIGKILL;
+        }
+        // Forwarded signals reach the whole group from the supervisor: nothing to do here.
+        let mut done = None;
+        loop {
+            let mut st = 0;
+            // SAFETY: non-blocking reap of any child of ours.
+            let p = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+            if p <= 0 {
+                break;
+            }
+            if p == cmd {
+                if libc::WIFEXITED(st) {
+                    done = Some(libc::WEXITSTATUS(st));
+                } else if libc::WIFSIGNALED(st) {
+                    done = Some(128 + libc::WTERMSIG(st));
+                }
+            }
+        }
+        if let Some(code) = done {
+            break code;
+        }
+    };
+    // Not the group: the reaper leads it.
+    kill_all(None);
+    // SAFETY: leaving without the parent's destructors.
+    unsafe { libc::_exit(code) }
+}
+
+fn exec_command(c: &Child) -> ! {
+    let fail = |what: &str, code: i32| -> ! { die(c.error_fd, what, code) };
+    let mut argv_p: Vec<*const libc::c_char> = c.argv.iter().map(|a| a.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut envp_p: Vec<*const libc::c_char> = c.envp.iter().map(|a| a.as_ptr()).collect();
+    envp_p.push(std::ptr::null());
+    // SAFETY: NUL-terminated arrays of pointers to CStrings that outlive the call.
+    unsafe { libc::execvpe(c.file.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr()) };
+    let err = std::io::Error::last_os_error();
+    let code = if err.raw_os_error() == Some(libc::ENOENT) {
+        127
+    } else {
+        126
+    };
+    fail(
+        &format!("cannot execute {}: {err}", c.file.to_string_lossy()),
+        code,
+    )
+}
+
+/// This process's direct children (`/proc/self/task/*/children`).
+fn children() -> Vec<libc::pid_t> {
+    let mut out = vec![];
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(
+                s.split_whitespace()
+                    .filter_map(|p| p.parse::<libc::pid_t>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// Kill and reap every descendant (and the command's process group, if given): orphans are
+/// reparented to this subreaper, so repeat until there is no child left.
+fn kill_all(pgid: Option<libc::pid_t>) {
+    loop {
+        if let Some(g) = pgid {
+            // SAFETY: signalling the command's process group.
+            unsafe { libc::kill(-g, libc::SIGKILL) };
+        }
+        for pid in children() {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let mut st = 0;
+        // SAFETY: reaping any child of ours.
+        let r = unsafe { libc::waitpid(-1, &mut st, 0) };
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+enum Outcome {
+    Exited { code: i32, forwarded: bool },
+    WallClock,
+}
+
+fn supervise(child: libc::pid_t, sfd: RawFd, deadline: Option<Instant>) -> Outcome {
+    let mut forwarded = false;
+    loop {
+        let mut p = libc::pollfd {
+            fd: sfd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let timeout = deadline.map_or(-1, |d| {
+            d.saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as i32
+        });
+        // SAFETY: one pollfd we own.
+        let n = unsafe { libc::poll(&mut p, 1, timeout) };
+        if n == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+            return Outcome::WallClock;
+        }
+        loop {
+            // SAFETY: signalfd_siginfo is plain data.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let want = std::mem::size_of::<libc::signalfd_siginfo>();
+            // SAFETY: reading one siginfo into our struct (the signalfd is non-blocking).
+            let r =
+                unsafe { libc::read(sfd, (&mut info as *mut libc::signalfd_siginfo).cast(), want) };
+            if r as usize != want {
+                break;
+            }
+            let sig = info.ssi_signo as libc::c_int;
+            if sig != libc::SIGCHLD {
+                forwarded |= sig != libc::SIGWINCH && sig != libc::SIGCONT;
+                // SAFETY: forwarding to the command's process group (its pid is its pgid).
+                if unsafe { libc::kill(-child, sig) } != 0 {
+                    // SAFETY: as above, the pid alone.
+                    unsafe { libc::kill(child, sig) };
+                }
+            }
+        }
+        // Reap what ended (orphans included); note the command's own status.
+        loop {
+            let mut st = 0;
+            // SAFETY: non-blocking reap of any child of ours.
+            let r = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+            if r <= 0 {
+                break;
+            }
+            if r == child {
+                let code = if libc::WIFEXITED(st) {
+                    libc::WEXITSTATUS(st)
+                } else if libc::WIFSIGNALED(st) {
+                    128 + libc::WTERMSIG(st)
+                } else {
+                    continue;
+                };
+                return Outcome::Exited { code, forwarded };
+            }
+        }
+    }
+}
+
+fn read_all(fd: RawFd) -> String {
+    let mut out = vec![];
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: reading into our buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    String::from_utf8_lossy(&out).trim().to_string()
+}
+
+/// Inputs of an FS-ONLY run, gathered by [`crate::run::run`].
+pub struct FsOnly<'a> {
+    /// The command line.
+    pub args: &'a RunArgs,
+    /// Host facts.
+    pub facts: &'a HostFacts,
+    /// The policy.
+    pub policy: &'a Policy,
+    /// Its translation (FULL's rules and masks, turned into this tier's view here).
+    pub t: &'a Translation,
+    /// The audit configuration.
+    pub audit_cfg: Option<&'a vetto_broker::audit::AuditConfig>,
+    /// The session id.
+    pub session: &'a str,
+}
+
+/// Run the command in the FS-ONLY tier; returns its exit status.
+pub fn run(r: FsOnly<'_>) -> Result<u8> {
+    let FsOnly {
+        args,
+        facts,
+        policy,
+        t,
+        audit_cfg,
+        session,
+    } = r;
+    if let Some(why) = network_refusal(t, args.git_ssh) {
+        bail!("{why}");
+    }
+    let tmp = PrivateTmp::create(facts.uid)?;
+    let landlock = vetto_bundle::fsonly::view(t, std::slice::from_ref(&tmp.0), &terminals())?;
+    let seccomp = vetto_hooks::seccomp::compile(&vetto_bundle::fsonly::seccomp(&t.plan.seccomp))?;
+
+    let mut spec = serde_json::to_value(&t.spec)?;
+    crate::run::clamp_rlimits(&mut spec);
+    let mut env: Vec<String> = spec["process"]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.as_str())
+        .filter(|e| !e.starts_with("TMPDIR="))
+        .map(String::from)
+        .collect();
+    env.push(format!("TMPDIR={}", tmp.0.display()));
+    let cwd = spec["process"]["cwd"]
+        .as_str()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| facts.project.clone());
+
+    // SAFETY: pidfd_open on our own pid; returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as RawFd;
+    if pidfd < 0 {
+        bail!("PDEATHSIG: pidfd_open: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor, ours alone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let tty = crate::pty::is_tty(0);
+    let capabilities = match facts.uid {
+        0 => Capabilities::DropAll,
+        _ => Capabilities::DropHeld,
+    };
+    let (err_r, err_w) = crate::run::pipe()?;
+    let child = Child {
+        file: CString::new(args.command[0].as_bytes()).context("the command holds a NUL byte")?,
+        argv: cstrings(&args.command)?,
+        envp: cstrings(&env)?,
+        cwd: CString::new(cwd.as_os_str().as_encoded_bytes()).context("working directory")?,
+        rlimits: rlimits(&spec),
+        hardening: Hardening {
+            no_new_privs: true,
+            landlock: Some(landlock),
+            capabilities,
+            parent_death: Some(Some(pidfd.as_raw_fd())),
+            filters: vec![Filter::DenyList(seccomp)],
+            ..Hardening::default()
+        },
+        tty,
+        error_fd: err_w.as_raw_fd(),
+        pidfd: pidfd.as_raw_fd(),
+    };
+
+    let mut pids_cg = match (&policy.limits.processes, facts.uid) {
+        (Some(n), 0) => Some(crate::pids::PidsCgroup::create(session, n.value).context(
+            "limits.processes: RLIMIT_NPROC does not bind a root caller, so a pids cgroup is needed and could not be made (the command did not run)",
+        )?),
+        _ => None,
+    };
+    // SAFETY: integer-only prctl: orphans of the sandbox are reparented to us.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        bail!(
+            "FS-ONLY cleanup: PR_SET_CHILD_SUBREAPER: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let mut handled: Vec<libc::c_int> = FORWARDED.to_vec();
+    handled.push(libc::SIGCHLD);
+    let sfd = process::block_into_signalfd(&handled, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+        .context("supervisor: signalfd")?;
+
+    let start = audit::run_start(
+        policy,
+        facts.landlock_abi,
+        &args.command,
+        &facts.project,
+        facts.uid,
+        "FS-ONLY",
+    );
+    let mut live = match audit_cfg {
+        Some(cfg) => Some(audit::begin(cfg, session, start).map_err(|e| {
+            e.context("audit: the session cannot be recorded, so the command does not run")
+        })?),
+        None => None,
+    };
+    if let Some(cg) = pids_cg.as_mut() {
+        cg.enter()?;
+    }
+    // SAFETY: the supervisor is single-threaded here; the child runs only child_main, which
+    // uses what was prepared above and leaves by execve or _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        drop(err_r);
+        child_main(&child);
+    }
+    let fork_err = std::io::Error::last_os_error();
+    if pid > 0 {
+        // SAFETY: integer-only; as the child does itself, so neither order races.
+        unsafe { libc::setpgid(pid, pid) };
+    }
+    if let Some(cg) = pids_cg.as_mut() {
+        cg.leave()?;
+    }
+    drop(err_w);
+    drop(child);
+    if pid < 0 {
+        if let Some(l) = live.take() {
+            l.end(
+                None,
+                None,
+                EndReason::SetupFailure,
+                Some(format!("fork: {fork_err}")),
+                args.audit.report.as_deref(),
+                args.audit.summary,
+            );
+        }
+        bail!("fork: {fork_err}");
+    }
+    let deadline = t
+        .plan
+        .wall_clock_secs
+        .map(|s| Instant::now() + Duration::from_secs(s));
+    let status = supervise(pid, sfd.as_raw_fd(), deadline);
+    kill_all(Some(pid));
+    if tty {
+        // SAFETY: integer-only calls: take the terminal back for our own group (SIGTTOU
+        // ignored for the call, as a background group must).
+        unsafe {
+            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, libc::getpgrp());
+            libc::signal(libc::SIGTTOU, old);
+        }
+    }
+    let refused_forks = pids_cg.as_ref().and_then(|c| c.refused_forks());
+    drop(pids_cg);
+    let msg = read_all(err_r.as_raw_fd());
+    drop(tmp);
+    let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
+        .then_some(facts.git_metadata.as_slice());
+    crate::handoff::check(
+        &t.handoff_watch,
+        known_git,
+        t.handoff,
+        &facts.project,
+        session,
+    );
+
+    if let Some(l) = live.as_mut() {
+        if let (Some(n), Some(limit)) = (refused_forks.filter(|n| *n > 0), &policy.limits.processes)
+        {
+            l.limit(Limit {
+                limit: "processes".into(),
+                value: limit.value,
+                detail: format!("a fork was refused {n} time(s) at the limit"),
+            });
+        }
+        if matches!(status, Outcome::WallClock) {
+            l.limit(Limit {
+                limit: "wall_clock".into(),
+                value: t.plan.wall_clock_secs.unwrap_or(0),
+                detail: "the sandbox was killed".into(),
+            });
+        }
+    }
+    let (code, reason, control) = match &status {
+        Outcome::WallClock => (i32::from(EXIT_WALL_CLOCK), EndReason::WallClock, None),
+        Outcome::Exited { code, .. } if !msg.is_empty() && *code == 125 => (
+            i32::from(EXIT_SETUP),
+            EndReason::SetupFailure,
+            Some(msg.clone()),
+        ),
+        Outcome::Exited { code, forwarded } if *code > 128 => (
+            *code,
+            match forwarded {
+                true => EndReason::Killed,
+                false => EndReason::Signal,
+            },
+            None,
+        ),
+        Outcome::Exited { code, .. } => (*code, EndReason::Exit, None),
+    };
+    if let Some(l) = live {
+        let signal = (code > 128 && reason != EndReason::SetupFailure).then_some(code - 128);
+        l.end(
+            Some(code),
+            signal,
+            reason,
+            control,
+            args.audit.report.as_deref(),
+            args.audit.summary,
+        );
+    }
+    match status {
+        Outcome::WallClock => {
+            eprintln!(
+                "vetto: wall-clock limit of {} s reached: the sandbox was killed",
+                t.plan.wall_clock_secs.unwrap_or(0)
+            );
+            Ok(EXIT_WALL_CLOCK)
+        }
+        Outcome::Exited { code, .. } => {
+            if !msg.is_empty() {
+                if code == 126 || code == 127 {
+                    eprintln!("vetto: {msg}");
+                    return Ok(code as u8);
+                }
+                eprintln!("vetto: sandbox setup failed, the command did not run: {msg}");
+                return Ok(EXIT_SETUP);
+            }
+            Ok(code as u8)
+        }
+    }
+}

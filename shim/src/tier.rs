@@ -1,0 +1,215 @@
+//! Which Linux tier `vetto run` can establish here (FULL or FS-ONLY), found by trying, not by
+//! reading settings: a probe child creates the namespaces FULL needs and uses a capability in
+//! them, which is what fails under a `max_user_namespaces` of 0, a seccomp filter that refuses
+//! `unshare`, or Ubuntu's `apparmor_restrict_unprivileged_userns` (there `unshare` succeeds but
+//! the new namespace carries no capabilities).
+
+use std::fmt;
+
+use vetto_bundle::fsonly;
+use vetto_bundle::policy::Tier;
+
+/// `--tier`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TierChoice {
+    /// FULL where a probe sandbox can be created, else FS-ONLY where its controls work, else
+    /// refuse.
+    Auto,
+    /// FULL or nothing.
+    Full,
+    /// FS-ONLY even where FULL would work.
+    FsOnly,
+}
+
+/// Why FULL cannot be set up here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoFull {
+    /// The step that failed.
+    pub step: &'static str,
+    /// Its errno.
+    pub errno: i32,
+}
+
+impl fmt::Display for NoFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} failed: {}",
+            self.step,
+            std::io::Error::from_raw_os_error(self.errno)
+        )
+    }
+}
+
+impl NoFull {
+    /// How to make FULL possible, as far as this host tells.
+    pub fn fix(&self) -> String {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        let mut hints = vec![];
+        if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+            hints.push("AppArmor restricts unprivileged user namespaces here (kernel.apparmor_restrict_unprivileged_userns=1): install vetto's AppArmor profile (`make install` or the Debian package put it in /etc/apparmor.d/vetto; load it with `apparmor_parser -r /etc/apparmor.d/vetto`)".to_string());
+        }
+        if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+            hints.push("user namespaces are disabled (user.max_user_namespaces=0): `sysctl -w user.max_user_namespaces=15000`".to_string());
+        }
+        if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+            hints.push("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0): `sysctl -w kernel.unprivileged_userns_clone=1`".to_string());
+        }
+        if hints.is_empty() {
+            hints.push("user namespaces are refused here (a container or a seccomp filter around vetto may forbid them): run vetto where it may create them, or allow `unshare(CLONE_NEWUSER)`".to_string());
+        }
+        hints.join("; ")
+    }
+}
+
+const STEPS: &[&str] = &[
+    "unshare(user, mount, PID, network, IPC, UTS namespaces)",
+    "using a capability in the new user namespace (making / private)",
+];
+
+/// Try to create FULL's namespaces in a child and use a capability there.
+pub fn probe_full() -> Result<(), NoFull> {
+    // SAFETY: the child makes only raw system calls and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(NoFull {
+            step: "fork",
+            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        });
+    }
+    if pid == 0 {
+        let fail = |step: i32| -> ! {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            // SAFETY: leaving the forked child; the status carries the step and errno.
+            unsafe { libc::_exit(step * 64 + e.min(63)) }
+        };
+        let flags = libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWNET
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS;
+        // SAFETY: unshare takes flags only.
+        if unsafe { libc::unshare(flags) } != 0 {
+            fail(1);
+        }
+        // SAFETY: valid C strings; changes propagation in the child's own mount namespace.
+        let rc = unsafe {
+            libc::mount(
+                c"none".as_ptr(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            fail(2);
+        }
+        // SAFETY: as above.
+        unsafe { libc::_exit(0) }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for the child we forked.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        return Ok(());
+    }
+    let code = libc::WEXITSTATUS(status);
+    let step = (code / 64) as usize;
+    Err(NoFull {
+        step: STEPS.get(step.wrapping_sub(1)).copied().unwrap_or("probe"),
+        errno: code % 64,
+    })
+}
+
+/// Why FS-ONLY cannot be set up here, if it cannot.
+pub fn fs_only_missing(landlock_abi: Option<u32>) -> Option<String> {
+    match landlock_abi {
+        None => Some("Landlock is not available on this kernel (it must be built in and listed in the `lsm=` boot parameter)".into()),
+        Some(a) if a < fsonly::MIN_ABI => Some(format!(
+            "Landlock ABI {a} is older than the {} FS-ONLY needs to scope signals and abstract UNIX sockets to the sandbox (Linux 6.12 or later)",
+            fsonly::MIN_ABI
+        )),
+        Some(_) => None,
+    }
+}
+
+/// The tier to run in, or why none will do.
+pub fn select(
+    choice: TierChoice,
+    require: Tier,
+    landlock_abi: Option<u32>,
+) -> Result<Tier, String> {
+    let fs_only = || match fs_only_missing(landlock_abi) {
+        None => Ok(Tier::FsOnly),
+        Some(why) => Err(format!(
+            "tier FS-ONLY cannot be established: {why}; the command does not run"
+        )),
+    };
+    let full = || -> Result<Tier, String> {
+        if landlock_abi.is_none() {
+            return Err("tier FULL cannot be established: Landlock is not available on this kernel; the command does not run (see `vetto doctor`)".into());
+        }
+        Ok(Tier::Full)
+    };
+    match choice {
+        TierChoice::Full => full(),
+        TierChoice::FsOnly if require == Tier::Full => Err(
+            "--tier fs-only: the policy requires the FULL tier (sandbox.require = \"full\"); the command does not run".into(),
+        ),
+        TierChoice::FsOnly => fs_only(),
+        TierChoice::Auto => match probe_full() {
+            Ok(()) => full(),
+            Err(no) if require == Tier::Full => Err(format!(
+                "tier FULL cannot be established ({no}) and the policy requires it (sandbox.require = \"full\"); the command does not run. To enable it: {}",
+                no.fix()
+            )),
+            Err(no) => fs_only().map_err(|e| {
+                format!(
+                    "{e}; nor can tier FULL ({no}). To enable FULL: {}",
+                    no.fix()
+                )
+            }),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_succeeds_where_namespaces_work() {
+        // This machine runs FULL (the end-to-end tests depend on it).
+        probe_full().expect("FULL's namespaces can be created here");
+    }
+
+    #[test]
+    fn a_policy_that_requires_full_refuses_a_forced_fs_only() {
+        let e = select(TierChoice::FsOnly, Tier::Full, Some(7)).expect_err("refused");
+        assert!(e.contains("sandbox.require"), "{e}");
+    }
+
+    #[test]
+    fn fs_only_needs_landlock_with_scopes() {
+        assert!(select(TierChoice::FsOnly, Tier::FsOnly, None)
+            .expect_err("no landlock")
+            .contains("Landlock is not available"));
+        assert!(select(TierChoice::FsOnly, Tier::FsOnly, Some(5))
+            .expect_err("abi 5")
+            .contains("ABI 5"));
+        assert_eq!(
+            select(TierChoice::FsOnly, Tier::FsOnly, Some(6)),
+            Ok(Tier::FsOnly)
+        );
+    }
+}

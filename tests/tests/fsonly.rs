@@ -1,0 +1,454 @@
+//! The FS-ONLY tier (issue 16): `vetto run --tier fs-only`, as root and as `nobody`, with the
+//! FULL tier's expectations rerun where they still hold, and the tier selection checked under
+//! a seccomp filter that refuses user namespaces (and Landlock), as on a host that has them
+//! disabled. Expected outcomes per case are in docs/security-tests.md ("FS-ONLY").
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+
+use vetto_integration::{both, err, eventually, out, pids_with, sleeping, Fixture};
+
+const FS: &[&str] = &["--tier", "fs-only"];
+
+both!(the_tier_is_named_and_recorded, |f| {
+    let o = f.run_sh(FS, "echo ran");
+    assert_eq!(out(&o), "ran\n", "{}", err(&o));
+    assert!(
+        err(&o).starts_with("vetto: tier FS-ONLY, landlock ABI "),
+        "{}",
+        err(&o)
+    );
+    let o = f.run_sh(&["--tier", "fs-only", "--quiet"], "echo ran");
+    assert_eq!(err(&o), "", "--quiet prints nothing");
+    let o = f.vetto(&["audit", "query", "--json", "--kind", "session_start"]);
+    let text = out(&o);
+    assert!(text.contains("\"tier\":\"FS-ONLY\""), "{text} {}", err(&o));
+});
+
+both!(secrets_are_unreadable_by_every_path, |f| {
+    std::fs::create_dir_all(f.proj.join("deploy")).expect("mkdir");
+    std::fs::write(f.proj.join("deploy/.env.production"), "PROD=1\n").expect("w");
+    f.own(&f.proj.join("deploy"));
+    let o = f.run_sh(
+        FS,
+        "cat README; for p in .env deploy/.env.production ~/.ssh/id_ed25519 /proc/self/root$PWD/.env \
+         /proc/self/cwd/.env; do cat \"$p\" >/dev/null 2>&1 && echo \"READ $p\"; done; \
+         ln .env leak 2>/dev/null && echo LINKED; ln -s .env src-link 2>/dev/null; \
+         cat src-link >/dev/null 2>&1 && echo READ-VIA-SYMLINK; \
+         cp .env $TMPDIR/x 2>/dev/null && echo COPIED; \
+         grep -l dummy-secret-value /proc/*/environ 2>/dev/null; echo done",
+    );
+    assert_eq!(out(&o), "hello\ndone\n", "{}", err(&o));
+});
+
+both!(writes_stay_in_the_project_and_protected_paths_hold, |f| {
+    std::fs::create_dir_all(f.proj.join("src")).expect("mkdir");
+    std::fs::write(f.proj.join("src/lib.rs"), "old\n").expect("w");
+    f.own(&f.proj.join("src"));
+    let outside = f.root.join("outside");
+    let script = format!(
+        "echo new > src/lib.rs && echo edited; echo x > src/new.rs && echo created; \
+         rm src/new.rs && echo removed; echo more >> README && echo appended; \
+         echo x > {o}/planted 2>/dev/null && echo OUTSIDE; \
+         echo x > ~/planted 2>/dev/null && echo HOME; \
+         echo x > /tmp/planted-$$ 2>/dev/null && echo TMP; \
+         echo '[core]' >> .git/config 2>/dev/null && echo CONFIG; \
+         echo x > .git/hooks/pre-commit 2>/dev/null && echo HOOK; \
+         mv .git .git-old 2>/dev/null && echo MOVED; \
+         echo x > $TMPDIR/t && echo tmpdir",
+        o = outside.display()
+    );
+    let o = f.run_sh(FS, &script);
+    assert_eq!(
+        out(&o),
+        "edited\ncreated\nremoved\nappended\ntmpdir\n",
+        "{}",
+        err(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("src/lib.rs")).expect("r"),
+        "new\n"
+    );
+    assert!(!outside.join("planted").exists());
+    assert!(!f.home.join("planted").exists());
+    assert!(!f.proj.join(".git/hooks/pre-commit").exists());
+    assert!(f.proj.join(".git/HEAD").exists());
+    // The session's TMPDIR is gone afterwards.
+    let left: Vec<_> = std::fs::read_dir("/tmp")
+        .expect("ls /tmp")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("vetto-fs-{}.", f.uid))
+        })
+        .filter(|e| {
+            std::fs::read_dir(e.path())
+                .is_ok_and(|mut d| d.any(|x| x.is_ok_and(|x| x.file_name() == "t")))
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+});
+
+both!(the_network_is_off_and_no_host_socket_is_reachable, |f| {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    l.set_nonblocking(true).expect("nonblocking");
+    let sock = f.root.join("run/host.sock");
+    let ul = std::os::unix::net::UnixListener::bind(&sock).expect("bind unix");
+    ul.set_nonblocking(true).expect("nonblocking");
+    std::process::Command::new("chmod")
+        .args(["777", &sock.display().to_string()])
+        .status()
+        .expect("chmod");
+    let script = format!(
+        "import socket\n\
+         def t(n, f):\n\
+         \x20   try:\n\
+         \x20       f(); print(n, 'allowed')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(n, e.errno)\n\
+         t('tcp', lambda: socket.create_connection(('127.0.0.1', {port}), 2))\n\
+         t('tcp6', lambda: socket.socket(socket.AF_INET6))\n\
+         t('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 53)))\n\
+         t('unix', lambda: socket.socket(socket.AF_UNIX).connect('{sock}'))\n\
+         t('abstract', lambda: socket.socket(socket.AF_UNIX).connect('\\0vetto-test'))\n\
+         t('vsock', lambda: socket.socket(40, socket.SOCK_STREAM))\n\
+         t('dgram-pair', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))\n\
+         a, b = socket.socketpair(); a.send(b'ok'); print('pair', b.recv(2).decode())\n",
+        sock = sock.display()
+    );
+    let o = f.run_argv(FS, &["python3", "-c", &script]);
+    assert_eq!(
+        out(&o),
+        "tcp 1\ntcp6 1\nudp 1\nunix 1\nabstract 1\nvsock 1\ndgram-pair 1\npair ok\n",
+        "{}",
+        err(&o)
+    );
+    assert!(l.accept().is_err(), "the loopback listener was reached");
+    assert!(ul.accept().is_err(), "the host's unix socket was reached");
+});
+
+both!(process_and_kernel_attacks_are_refused, |f| {
+    let mut host = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .expect("host sleep");
+    let hp = host.id();
+    let script = format!(
+        "import ctypes, os, signal\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         def sc(n, *a):\n\
+         \x20   r = libc.syscall(n, *a); return 0 if r >= 0 else ctypes.get_errno()\n\
+         print('ptrace', 0 if libc.ptrace(16, {hp}, 0, 0) == 0 else ctypes.get_errno())\n\
+         print('bpf', sc(321, 0, 0, 0))\n\
+         print('io_uring', sc(425, 1, 0))\n\
+         print('userfaultfd', sc(323, 0))\n\
+         print('perf', sc(298, 0, 0, -1, -1, 0))\n\
+         print('unshare_user', 0 if libc.unshare(0x10000000) == 0 else ctypes.get_errno())\n\
+         print('mount', 0 if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) == 0 else ctypes.get_errno())\n\
+         try:\n\
+         \x20   os.kill({hp}, signal.SIGKILL); print('kill allowed')\n\
+         except OSError as e:\n\
+         \x20   print('kill', e.errno)\n\
+         try:\n\
+         \x20   open('/proc/{hp}/environ', 'rb').read(); print('environ read')\n\
+         except OSError as e:\n\
+         \x20   print('environ', e.errno)\n\
+         print('nnp', [l for l in open('/proc/self/status') if l.startswith(('NoNewPrivs', 'Seccomp:', 'CapEff'))])\n"
+    );
+    let o = f.run_argv(FS, &["python3", "-c", &script]);
+    let text = out(&o);
+    // The host process is the test's (root) or another user's (nobody): ptrace EPERM by
+    // seccomp either way; kill EPERM (Landlock scope, or another user's process).
+    let want = "ptrace 1\nbpf 1\nio_uring 1\nuserfaultfd 1\nperf 1\nunshare_user 1\nmount 1\nkill 1\nenviron 13\n";
+    assert!(text.starts_with(want), "{text}\n{}", err(&o));
+    assert!(text.contains("'NoNewPrivs:\\t1\\n'"), "{text}");
+    assert!(text.contains("'Seccomp:\\t2\\n'"), "{text}");
+    assert!(text.contains("'CapEff:\\t0000000000000000\\n'"), "{text}");
+    assert!(
+        host.try_wait().expect("wait").is_none(),
+        "the host process was killed"
+    );
+    let _ = host.kill();
+    let _ = host.wait();
+});
+
+/// A numeric `sleep` argument unique to this test run, mode and case (tagged sleepers).
+fn tag(f: &Fixture, case: u32) -> String {
+    let mode = if f.uid == 0 { 0 } else { 1 };
+    format!("{}{mode}{case}", 60000 + std::process::id() % 10000)
+}
+
+both!(
+    a_process_that_leaves_the_group_is_still_killed_at_the_end,
+    |f| {
+        let (t1, t2) = (tag(f, 1), tag(f, 2));
+        let o = f.run_sh(
+            FS,
+            &format!(
+                "setsid sh -c 'trap \"\" TERM HUP; sleep {t1}' </dev/null >/dev/null 2>&1 & \
+             (nohup sleep {t2} </dev/null >/dev/null 2>&1 &) ; sleep 0.3; \
+             pgrep -x sleep >/dev/null && echo started"
+            ),
+        );
+        assert_eq!(out(&o), "started\n", "{}", err(&o));
+        assert!(
+            eventually(5, || !sleeping(&t1) && !sleeping(&t2)),
+            "left running: {:?} {:?}",
+            pids_with(&t1),
+            pids_with(&t2)
+        );
+    }
+);
+
+both!(the_supervisor_killed_takes_every_process_with_it, |f| {
+    // The sandbox's own reaper gets a PDEATHSIG even when the supervisor is SIGKILLed, and
+    // kills every descendant, those that left the group included.
+    let t = tag(f, 3);
+    let script = format!(
+        "setsid sh -c 'sleep {t}' </dev/null >/dev/null 2>&1 & sleep 0.2; echo up; sleep 60"
+    );
+    let env = f.base_env();
+    let mut child = f
+        .run_command(FS, &["/bin/sh", "-c", &script], &env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut buf = [0u8; 3];
+    child
+        .stdout
+        .as_mut()
+        .expect("stdout")
+        .read_exact(&mut buf)
+        .expect("up");
+    assert!(sleeping(&t), "the sleeper did not start");
+    // SAFETY: signalling the process we spawned (setpriv and env exec vetto: same pid).
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(
+        eventually(5, || !sleeping(&t)),
+        "left running: {:?}",
+        pids_with(&t)
+    );
+});
+
+both!(
+    with_its_reaper_and_the_supervisor_killed_a_survivor_is_still_confined,
+    |f| {
+        // The documented residual of this tier: the agent can kill the sandbox's reaper (same
+        // Landlock domain); the supervisor then ends the session at once, but if it is SIGKILLed
+        // before it could (held stopped here to make that window), a descendant outlives the
+        // session. It stays under Landlock and seccomp: it cannot read the secret or write
+        // outside the project.
+        let t = tag(f, 4);
+        // In a directory of its own: nothing can be created directly in the project root, which
+        // holds the secret and .git (see the threat model).
+        std::fs::create_dir_all(f.proj.join("out")).expect("mkdir");
+        f.own(&f.proj.join("out"));
+        let report = f.proj.join("out/survivor.txt");
+        let outside = f.root.join("outside/survivor");
+        let script = format!(
+        "setsid sh -c 'sleep 1; (cat .env || echo denied) > out/survivor.txt 2>&1; \
+         echo x > {o} 2>/dev/null; exec sleep {t}' </dev/null >/dev/null 2>&1 & \
+         echo ready; while [ ! -e out/go ]; do sleep 0.05; done; kill -KILL $PPID; echo up; sleep 60",
+        o = outside.display()
+    );
+        let env = f.base_env();
+        let mut child = f
+            .run_command(FS, &["/bin/sh", "-c", &script], &env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let mut buf = [0u8; 6];
+        child
+            .stdout
+            .as_mut()
+            .expect("stdout")
+            .read_exact(&mut buf)
+            .expect("ready");
+        // SAFETY: signalling the process we spawned.
+        unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+        std::fs::write(f.proj.join("out/go"), "").expect("go");
+        let mut buf = [0u8; 3];
+        child
+            .stdout
+            .as_mut()
+            .expect("stdout")
+            .read_exact(&mut buf)
+            .expect("up");
+        // SAFETY: as above.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        assert!(
+            eventually(10, || std::fs::read_to_string(&report)
+                .is_ok_and(|s| !s.is_empty())),
+            "the survivor did not report"
+        );
+        let seen = std::fs::read_to_string(&report).expect("report");
+        assert!(seen.contains("Permission denied"), "{seen}");
+        assert!(!seen.contains("dummy-secret-value"), "{seen}");
+        assert!(
+            eventually(5, || sleeping(&t)),
+            "no survivor: the residual did not happen"
+        );
+        assert!(!outside.exists());
+        for pid in pids_with(&t) {
+            // SAFETY: cleaning up the survivor this test made.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    }
+);
+
+/// A seccomp filter for the process that starts vetto, as on a host without user namespaces
+/// (and, with `landlock`, without Landlock): `unshare` and `clone` with `CLONE_NEWUSER` get
+/// EPERM, `clone3` ENOSYS (callers fall back to `clone`), `landlock_create_ruleset` ENOSYS.
+fn host_without(landlock: bool) -> Vec<libc::sock_filter> {
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const AND_K: u16 = 0x54;
+    const RET_K: u16 = 0x06;
+    const ALLOW: u32 = 0x7fff_0000;
+    const ERRNO: u32 = 0x0005_0000;
+    let st = |code, k| libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k, jt, jf| libc::sock_filter {
+        code: JEQ_K,
+        jt,
+        jf,
+        k,
+    };
+    let landlock_nr = if landlock { 444 } else { u32::MAX };
+    vec![
+        st(LD_W_ABS, 4),                        // 0: arch
+        jeq(0xc000_003e, 0, 8),                 // 1: x86_64, else allow (10)
+        st(LD_W_ABS, 0),                        // 2: nr
+        jeq(272, 7, 0),                         // 3: unshare → EPERM (11)
+        jeq(435, 7, 0),                         // 4: clone3 → ENOSYS (12)
+        jeq(landlock_nr, 6, 0),                 // 5: landlock_create_ruleset → ENOSYS
+        jeq(56, 0, 3),                          // 6: clone, else allow (10)
+        st(LD_W_ABS, 16),                       // 7: flags (low word)
+        st(AND_K, 0x1000_0000),                 // 8
+        jeq(0x1000_0000, 1, 0),                 // 9: CLONE_NEWUSER → EPERM
+        st(RET_K, ALLOW),                       // 10
+        st(RET_K, ERRNO | libc::EPERM as u32),  // 11
+        st(RET_K, ERRNO | libc::ENOSYS as u32), // 12
+    ]
+}
+
+fn run_without(f: &Fixture, landlock: bool, flags: &[&str], script: &str) -> std::process::Output {
+    let env = f.base_env();
+    let c = f.run_command(flags, &["/bin/sh", "-c", script], &env);
+    under_filter(c, landlock)
+}
+
+/// `vetto ARGS...` under [`host_without`].
+fn vetto_without(f: &Fixture, landlock: bool, args: &[&str]) -> std::process::Output {
+    let bin = f.bin.display().to_string();
+    let mut argv = vec![bin.as_str()];
+    argv.extend_from_slice(args);
+    under_filter(f.command(&argv, &f.base_env()), landlock)
+}
+
+fn under_filter(mut c: std::process::Command, landlock: bool) -> std::process::Output {
+    let filter = host_without(landlock);
+    // SAFETY: between fork and exec only two prctl calls; the filter is moved into the
+    // closure, so it lives as long as the call that reads it.
+    unsafe {
+        c.pre_exec(move || {
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &prog as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.stdin(Stdio::null()).output().expect("run vetto")
+}
+
+both!(auto_picks_fs_only_where_user_namespaces_are_refused, |f| {
+    let o = run_without(f, false, &[], "cat .env 2>/dev/null || echo masked");
+    assert_eq!(out(&o), "masked\n", "{}", err(&o));
+    assert!(
+        err(&o).starts_with("vetto: tier FS-ONLY, landlock ABI "),
+        "{}",
+        err(&o)
+    );
+    // A policy that requires FULL refuses, naming the tier and the fix.
+    let pol = f.root.join("require-full.toml");
+    std::fs::write(&pol, "[sandbox]\nrequire = \"full\"\n").expect("w");
+    f.own(&pol);
+    let p = pol.display().to_string();
+    let o = run_without(f, false, &["--policy", &p], "touch ran");
+    assert_ne!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("tier FULL cannot be established"),
+        "{}",
+        err(&o)
+    );
+    assert!(err(&o).contains("sandbox.require"), "{}", err(&o));
+    assert!(!f.proj.join("ran").exists(), "the command ran");
+    // --tier full refuses too, before anything runs.
+    let o = run_without(f, false, &["--tier", "full"], "touch ran");
+    assert_ne!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!f.proj.join("ran").exists(), "the command ran");
+});
+
+both!(without_landlock_nothing_runs, |f| {
+    for flags in [&[][..], &["--tier", "fs-only"][..], &["--tier", "full"][..]] {
+        let o = run_without(f, true, flags, "touch ran");
+        assert_ne!(o.status.code(), Some(0), "{flags:?}: {}", err(&o));
+        assert!(
+            err(&o).contains("Landlock is not available"),
+            "{flags:?}: {}",
+            err(&o)
+        );
+        assert!(!f.proj.join("ran").exists(), "{flags:?}: the command ran");
+    }
+});
+
+both!(
+    doctor_reports_fs_only_with_the_fix_and_a_passing_self_test,
+    |f| {
+        let o = vetto_without(f, false, &["doctor", "--json"]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", err(&o)));
+        assert_eq!(v["tier"], "FS-ONLY", "{v}");
+        let reason = v["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("to enable it"), "{reason}");
+        let st = v["selftest"].as_array().expect("self-test ran");
+        assert!(st.len() >= 8 && st.iter().all(|p| p["ok"] == true), "{v}");
+        assert!(o.status.success());
+        // Without Landlock either: no tier, non-zero.
+        let o = vetto_without(f, true, &["doctor", "--json"]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", err(&o)));
+        assert_eq!(v["tier"], "none", "{v}");
+        assert!(
+            v["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Landlock"),
+            "{v}"
+        );
+        assert!(!o.status.success());
+    }
+);
