@@ -10,7 +10,7 @@ DEBUG_BIN := target/debug/vetto
 SHIM_RELEASE := target/release/vetto-shim
 SHIM_DEBUG := target/debug/vetto-shim
 
-.PHONY: build release install install-docker-runtime test e2e e2e-systemd e2e-cri escape escape-docs fuzz conformance crictl unit integration bench lint demo man completions deps clean
+.PHONY: build release install deb e2e-deb install-docker-runtime test e2e e2e-systemd e2e-cri escape escape-docs fuzz conformance crictl unit integration bench lint demo man completions deps clean
 
 build:
 	$(CARGO) build --workspace
@@ -18,10 +18,34 @@ build:
 release:
 	$(CARGO) build --release -p vetto
 
+# The binaries, man pages and completions under $(PREFIX); /etc/vetto/shim.toml.example;
+# and, where AppArmor is present (/etc/apparmor.d), vetto's profile (it grants `userns` for
+# Ubuntu's restriction of unprivileged user namespaces), loaded where AppArmor is enabled.
 install: release
-	install -d $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)/etc/vetto
 	install -m 0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/vetto
 	install -m 0755 $(SHIM_RELEASE) $(DESTDIR)$(PREFIX)/bin/vetto-shim
+	$(RELEASE_BIN) man --out $(DESTDIR)$(PREFIX)/share/man/man1 >/dev/null
+	$(RELEASE_BIN) completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/vetto
+	install -m 0644 packaging/shim.toml.example $(DESTDIR)/etc/vetto/shim.toml.example
+	@if [ -d /etc/apparmor.d ]; then \
+	  install -d $(DESTDIR)/etc/apparmor.d && \
+	  install -m 0644 packaging/apparmor/vetto $(DESTDIR)/etc/apparmor.d/vetto && \
+	  echo "installed /etc/apparmor.d/vetto"; \
+	  if [ -z "$(DESTDIR)" ] && [ "$$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)" = Y ]; then \
+	    apparmor_parser -r /etc/apparmor.d/vetto && echo "loaded vetto's AppArmor profile"; \
+	  fi; \
+	fi
+
+# The Debian package (target/deb/vetto_VERSION_ARCH.deb): both binaries, man pages,
+# completions, the AppArmor profile, /etc/vetto/shim.toml.example.
+deb: release
+	bash packaging/deb/build.sh target/release target/deb
+
+# Build, parse-check (AppArmor 4), install, use and purge the package (also part of `make test`).
+e2e-deb: release
+	bash tests/deb/e2e.sh target/release
 
 # Installs vetto-shim and registers it with the local dockerd as the runtimes "vetto"
 # (hardened with the default profile) and "vetto-plain" (no policy unless the container's
@@ -48,10 +72,12 @@ test: build
 	  cri_rc=$$?; \
 	  bash tests/escape/run.sh target/debug 2>&1 | tee -a target/test.log; \
 	  esc_rc=$$?; \
+	  { $(CARGO) build --release -p vetto && bash tests/deb/e2e.sh target/release; } 2>&1 | tee -a target/test.log; \
+	  deb_rc=$$?; \
 	  bash fuzz/run.sh $${FUZZ_SECONDS:-20} 2>&1 | tee -a target/test.log; \
 	  fuzz_rc=$$?; \
 	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log; \
-	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ] && [ $$esc_rc -eq 0 ] && [ $$fuzz_rc -eq 0 ]
+	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ] && [ $$esc_rc -eq 0 ] && [ $$deb_rc -eq 0 ] && [ $$fuzz_rc -eq 0 ]
 
 # The OCI runtime-tools validation suite against vetto-shim, crun and runc side by side (built
 # from a fetched copy of opencontainers/runtime-tools with its vendored dependencies; exit 77,

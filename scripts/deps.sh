@@ -21,6 +21,9 @@ apt-get install -y -q podman containerd docker.io runc busybox-static uidmap
 # v2 test host (tests/systemd-host) is made with debootstrap.
 apt-get install -y -q --no-install-recommends golang-go debootstrap systemd-container \
   containernetworking-plugins
+# The Debian package's test (tests/deb) finds the installed man pages with man-db; its
+# AppArmor profile check runs AppArmor 4's parser in a Debian 13 chroot (debootstrap, above).
+apt-get install -y -q --no-install-recommends man-db
 # The Dev Containers CLI brings devcontainer/devcontainer.json up in the e2e tests.
 command -v npm >/dev/null || apt-get install -y -q nodejs npm
 command -v devcontainer >/dev/null || npm install -g --no-fund --no-audit @devcontainers/cli@0.72.0

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::PolicyError;
 use crate::policy::{
@@ -17,7 +17,7 @@ use crate::profiles;
 use crate::secrets::BUILTIN_SECRETS;
 
 /// Where a piece of the resolved policy came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "name", rename_all = "kebab-case")]
 pub enum Source {
     /// A built-in profile or list.
@@ -42,7 +42,7 @@ impl fmt::Display for Source {
 }
 
 /// A value and its origin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sourced<T> {
     /// The value.
     pub value: T,
@@ -69,7 +69,7 @@ pub struct Layer {
 }
 
 /// Resource limits, resolved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     /// Wall clock for the whole session.
     pub wall_clock: Option<Sourced<Duration>>,
@@ -84,7 +84,7 @@ pub struct Limits {
 }
 
 /// The fully resolved policy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     /// The base profile's name.
     pub profile: String,

@@ -70,18 +70,22 @@ fn terminals() -> Vec<PathBuf> {
     out
 }
 
-/// A private directory for the session's `TMPDIR` (0700, in the host's `/tmp`).
+/// A private directory of the session (0700, in the caller's temporary directory: `/tmp`, or
+/// a parent sandbox's private `TMPDIR`), removed at the end.
 struct PrivateTmp(PathBuf);
 
 impl PrivateTmp {
     fn create(uid: u32) -> Result<Self> {
-        let template = CString::new(format!("/tmp/vetto-fs-{uid}.XXXXXX"))?;
+        let base = std::env::temp_dir();
+        let template = CString::new(format!("{}/vetto-fs-{uid}.XXXXXX", base.display()))
+            .context("TMPDIR holds a NUL byte")?;
         let mut buf = template.into_bytes_with_nul();
         // SAFETY: mkdtemp rewrites the X's of the NUL-terminated template we own (mode 0700).
         let p = unsafe { libc::mkdtemp(buf.as_mut_ptr().cast()) };
         if p.is_null() {
             bail!(
-                "FS-ONLY: creating the session's private TMPDIR in /tmp: {}",
+                "FS-ONLY: creating a private directory for the session in {}: {}",
+                base.display(),
                 std::io::Error::last_os_error()
             );
         }
@@ -488,7 +492,18 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         bail!("{why}");
     }
     let tmp = PrivateTmp::create(facts.uid)?;
-    let landlock = vetto_bundle::fsonly::view(t, std::slice::from_ref(&tmp.0), &terminals())?;
+    let mut landlock = vetto_bundle::fsonly::view(t, std::slice::from_ref(&tmp.0), &terminals())?;
+    // A nested `vetto run` reads this sandbox's policy as its ceiling: a file the sandbox may
+    // read, not write, outside its TMPDIR.
+    let meta = PrivateTmp::create(facts.uid)?;
+    let parent_file = meta.0.join("parent-policy.json");
+    std::fs::write(&parent_file, crate::nested::serialize(policy)?)
+        .context("writing the policy for nested sandboxes")?;
+    landlock.rules.push(vetto_bundle::plan::LandlockRule {
+        path: parent_file.clone(),
+        access: vetto_bundle::plan::FsAccess::ReadExec,
+        optional: false,
+    });
     let seccomp = vetto_hooks::seccomp::compile(&vetto_bundle::fsonly::seccomp(&t.plan.seccomp))?;
 
     let mut spec = serde_json::to_value(&t.spec)?;
@@ -501,7 +516,13 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         .filter(|e| !e.starts_with("TMPDIR="))
         .map(String::from)
         .collect();
+    env.retain(|e| !e.starts_with(&format!("{}=", crate::nested::PARENT_POLICY_ENV)));
     env.push(format!("TMPDIR={}", tmp.0.display()));
+    env.push(format!(
+        "{}={}",
+        crate::nested::PARENT_POLICY_ENV,
+        parent_file.display()
+    ));
     let cwd = spec["process"]["cwd"]
         .as_str()
         .map(PathBuf::from)
@@ -539,10 +560,22 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         pidfd: pidfd.as_raw_fd(),
     };
 
+    let nested = std::env::var_os(crate::nested::PARENT_POLICY_ENV).is_some();
     let mut pids_cg = match (&policy.limits.processes, facts.uid) {
-        (Some(n), 0) => Some(crate::pids::PidsCgroup::create(session, n.value).context(
-            "limits.processes: RLIMIT_NPROC does not bind a root caller, so a pids cgroup is needed and could not be made (the command did not run)",
-        )?),
+        (Some(n), 0) => match crate::pids::PidsCgroup::create(session, n.value) {
+            Ok(c) => Some(c),
+            // Inside a vetto sandbox no cgroup can be made; the parent's limit (which this
+            // policy cannot raise: see nested.rs) still holds every process of this one.
+            Err(e) if nested => {
+                if !args.quiet {
+                    eprintln!("vetto: limits.processes: held by the parent sandbox's limit (a nested sandbox cannot make a pids cgroup: {e:#})");
+                }
+                None
+            }
+            Err(e) => return Err(e.context(
+                "limits.processes: RLIMIT_NPROC does not bind a root caller, so a pids cgroup is needed and could not be made (the command did not run)",
+            )),
+        },
         _ => None,
     };
     // SAFETY: integer-only prctl: orphans of the sandbox are reparented to us.
@@ -623,6 +656,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     drop(pids_cg);
     let msg = read_all(err_r.as_raw_fd());
     drop(tmp);
+    drop(meta);
     let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
         .then_some(facts.git_metadata.as_slice());
     crate::handoff::check(

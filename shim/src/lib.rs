@@ -13,6 +13,7 @@ pub mod engine;
 pub mod fdpass;
 pub mod fsonly;
 pub mod handoff;
+pub mod nested;
 pub mod netcheck;
 pub mod oci;
 pub mod pids;

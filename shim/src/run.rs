@@ -161,7 +161,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         vetto_broker::audit::store::private_dir(&d)
             .map_err(|e| anyhow::anyhow!(vetto_broker::error_chain(&e)))?;
     }
-    let (facts, policy, t) = match policy_cmd::build(&args.policy, "run") {
+    let (facts, policy, mut t) = match policy_cmd::build(&args.policy, "run") {
         Ok(b) => b,
         Err(e) => {
             if let Some(dir) = &audit_dir {
@@ -181,6 +181,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             return Err(e);
         }
     };
+    if let Some(parent) = crate::nested::parent()? {
+        crate::nested::check_ceiling(&parent, &policy)?;
+    }
     let tier = match crate::tier::select(args.tier, policy.require.value, facts.landlock_abi) {
         Ok(tier) => tier,
         Err(why) => {
@@ -237,6 +240,26 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     ph.mark("policy");
 
+    // FS-ONLY has no control socket and no libcontainer state: no runtime directory.
+    if tier == Tier::FsOnly {
+        return crate::fsonly::run(crate::fsonly::FsOnly {
+            args,
+            facts: &facts,
+            policy: &policy,
+            t: &t,
+            audit_cfg: audit_cfg.as_ref(),
+            session: &session::new_id(),
+        });
+    }
+    // The policy nested runs read as their ceiling (bound read-only below).
+    t.plan
+        .landlock
+        .rules
+        .push(vetto_bundle::plan::LandlockRule {
+            path: crate::nested::PARENT_POLICY_PATH.into(),
+            access: vetto_bundle::plan::FsAccess::ReadExec,
+            optional: false,
+        });
     let root = session::runtime_root(facts.uid)?;
     // The sessions' control sockets live there: no sandbox may reach it by any path.
     if let Ok(canon) = root.canonicalize() {
@@ -261,16 +284,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     }
     session::sweep_stale(&root);
-    if tier == Tier::FsOnly {
-        return crate::fsonly::run(crate::fsonly::FsOnly {
-            args,
-            facts: &facts,
-            policy: &policy,
-            t: &t,
-            audit_cfg: audit_cfg.as_ref(),
-            session: &session::new_id(),
-        });
-    }
     let sess = session::create(&root)?;
     let bundle = sess.bundle();
 
@@ -291,6 +304,20 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         git_ssh(&mut spec, t.plan.network.broker.is_some())?;
     }
     clamp_rlimits(&mut spec);
+    // A nested `vetto run` reads this sandbox's policy as its ceiling (read-only inside).
+    let parent_file = sess.dir.join("parent-policy.json");
+    std::fs::write(&parent_file, crate::nested::serialize(&policy)?)
+        .context("writing the policy for nested sandboxes")?;
+    if let Some(m) = spec["mounts"].as_array_mut() {
+        m.push(serde_json::json!({"destination": crate::nested::PARENT_POLICY_PATH, "type": "bind", "source": parent_file, "options": ["bind", "ro", "nosuid", "nodev", "noexec"]}));
+    }
+    if let Some(env) = spec["process"]["env"].as_array_mut() {
+        env.push(Value::from(format!(
+            "{}={}",
+            crate::nested::PARENT_POLICY_ENV,
+            crate::nested::PARENT_POLICY_PATH
+        )));
+    }
     std::fs::write(
         bundle.join("config.json"),
         serde_json::to_vec_pretty(&spec)?,

@@ -452,3 +452,108 @@ both!(
         assert!(!o.status.success());
     }
 );
+
+// --- nested sandboxes ------------------------------------------------------------------------
+
+/// Put the vetto binary in the project, where a sandbox can run it.
+fn vetto_inside(f: &Fixture) -> String {
+    let dir = f.proj.join("tools");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::copy(&f.bin, dir.join("vetto")).expect("copy vetto");
+    f.own(&dir);
+    "./tools/vetto".into()
+}
+
+both!(a_nested_run_is_fs_only_under_the_parents_controls, |f| {
+    let v = vetto_inside(f);
+    let o = f.run_sh(
+        &["-q"],
+        &format!(
+            "{v} run -- sh -c 'cat .env; echo inner-ran' 2>/tmp/inner.err; echo inner-rc=$?; \
+             head -1 /tmp/inner.err"
+        ),
+    );
+    let text = out(&o);
+    assert!(
+        text.starts_with("inner-ran\ninner-rc=0\n"),
+        "{text} {}",
+        err(&o)
+    );
+    assert!(
+        text.contains("vetto: tier FS-ONLY, landlock ABI"),
+        "{text} {}",
+        err(&o)
+    );
+    assert!(!text.contains("dummy-secret-value"), "{text}");
+});
+
+both!(
+    a_nested_policy_asking_for_more_than_its_parent_is_refused,
+    |f| {
+        let v = vetto_inside(f);
+        let o = f.run_sh(
+            &["-q"],
+            &format!(
+                "{v} run -q --net allow:example.com -- touch net-ran; echo rc=$?; \
+             printf '[secrets]\\nextend = false\\n' > /tmp/unmask.toml; \
+             {v} run -q --policy /tmp/unmask.toml -- touch unmask-ran; echo rc=$?"
+            ),
+        );
+        let (text, e) = (out(&o), err(&o));
+        assert_eq!(text, "rc=2\nrc=2\n", "{text} {e}");
+        assert!(e.contains("ceiling"), "{e}");
+        assert!(
+            e.contains("raises network.mode from off to allowlist"),
+            "{e}"
+        );
+        assert!(e.contains("adds network.allow \"example.com\""), "{e}");
+        assert!(e.contains("removes secrets.files"), "{e}");
+        assert!(!f.proj.join("net-ran").exists() && !f.proj.join("unmask-ran").exists());
+    }
+);
+
+both!(
+    a_forced_nested_attempt_still_cannot_read_what_the_parent_masked,
+    |f| {
+        // The agent forges its parent's policy (no secrets listed) so that the ceiling check lets
+        // an unmasking nested policy through: the kernel still keeps the parent's view.
+        let v = vetto_inside(f);
+        let o = f.run_sh(
+            &["-q"],
+            &format!(
+                "python3 -c 'import json; p = json.load(open(\"/.vetto/parent-policy.json\")); \
+             p[\"secret_files\"] = p[\"secret_dirs\"] = p[\"secret_globs\"] = []; \
+             json.dump(p, open(\"/tmp/forged.json\", \"w\"))' && \
+             printf '[secrets]\\nextend = false\\n' > /tmp/unmask.toml && \
+             VETTO_PARENT_POLICY=/tmp/forged.json {v} run -q --policy /tmp/unmask.toml -- \
+             sh -c 'cat .env ~/.ssh/id_ed25519 2>&1; echo forced-ran'"
+            ),
+        );
+        let text = out(&o);
+        assert!(text.contains("forced-ran"), "{text} {}", err(&o));
+        assert!(!text.contains("dummy-secret-value"), "{text}");
+        assert!(!text.contains("PRIVATE KEY"), "{text}");
+    }
+);
+
+both!(a_nested_policy_can_narrow_further, |f| {
+    let v = vetto_inside(f);
+    std::fs::create_dir_all(f.proj.join("sub")).expect("mkdir");
+    std::fs::write(f.proj.join("sub/keep"), "k\n").expect("w");
+    f.own(&f.proj.join("sub"));
+    let o = f.run_sh(
+        &["-q"],
+        &format!(
+            "printf '[filesystem]\\nprotected = [\"sub\"]\\n' > /tmp/narrow.toml; \
+             {v} run -q --policy /tmp/narrow.toml -- sh -c 'echo x > sub/a 2>/dev/null && echo INNER-WROTE; \
+             echo x >> sub/keep 2>/dev/null && echo INNER-APPENDED; echo inner-done'; \
+             echo y > sub/b && echo parent-wrote"
+        ),
+    );
+    assert_eq!(out(&o), "inner-done\nparent-wrote\n", "{}", err(&o));
+    assert!(!f.proj.join("sub/a").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("sub/keep")).expect("r"),
+        "k\n"
+    );
+});

@@ -998,6 +998,15 @@ pub fn filter_env(state: &ShimState, env: &mut HashMap<String, String>) -> Vec<S
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_shipped_shim_toml_example_is_a_valid_host_configuration() {
+        let text = include_str!("../../../packaging/shim.toml.example");
+        let c: HostConfig = toml::from_str(text).expect("the example parses strictly");
+        c.audit.check().expect("its audit table is valid");
+        assert_eq!(c.default_policy.as_deref(), Some("default"));
+        assert!(c.require_policy);
+    }
+
     fn ann(v: &str) -> serde_json::Map<String, Value> {
         let mut m = serde_json::Map::new();
         m.insert(POLICY_ANNOTATION.into(), Value::String(v.into()));
