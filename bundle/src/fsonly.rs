@@ -1,30 +1,35 @@
-//! The FS-ONLY tier's view of the host: the Landlock rules that replace FULL's mounts.
+//! The FS-ONLY tier's view of the host: what replaces FULL's mounts, as plain data.
 //!
 //! Without a mount namespace nothing can be masked or made private, so everything FULL shows
-//! through a mount has to be said with Landlock rules on the host's own paths, and Landlock
-//! cannot subtract: a rule on a directory grants its rights on everything beneath it. So
-//! [`view`] takes FULL's rules and masks (from [`crate::translate::translate`]) and:
-//! - keeps the rules of what FULL binds from the host (system directories, the project, the
-//!   policy's roots, HOME's dotfiles) and of the devices it shows;
-//! - drops the rules of what FULL makes private (`/tmp`, HOME, `/dev/shm`: tmpfs there, the
-//!   host's own here) and of the whole `/dev/pts` (the host's terminals): the session gets a
-//!   private directory for `TMPDIR` instead, and its own terminal by name;
-//! - `/proc` and `/sys` become read-only (the host's, not the sandbox's);
-//! - wherever a kept rule's tree holds a mask (a secret, vetto's sealed state) or a
-//!   read-only protection, the rule is not given on that tree: its directory gets listing
-//!   only ([`FsAccess::ListDir`]) and each entry is granted on its own, recursively, around
-//!   the exceptions. Symlinks met on the way are not followed (their targets need a rule of
-//!   their own). A directory that cannot be read, or a view that needs more than
-//!   [`MAX_RULES`] rules, is an error: there is no broad fallback.
+//! through a mount has to be said with Landlock rules on the host's own objects, and Landlock
+//! cannot subtract: a rule on a directory grants its rights on everything beneath it. [`view`]
+//! takes FULL's rules and masks (from [`crate::translate::translate`]) and says:
+//! - which **roots** to grant: the rules of what FULL binds from the host (system
+//!   directories, the project, the policy's roots, HOME's dotfiles) and of the devices it
+//!   shows, but not what FULL makes private (`/tmp`, HOME, `/dev/shm`: tmpfs there, the host's
+//!   own here) nor the whole `/dev/pts` (the host's terminals): the session gets a private
+//!   directory for `TMPDIR` instead, and its own terminal by name; `/proc` and `/sys` become
+//!   read-only (the host's, not the sandbox's);
+//! - which **exceptions** the grant must go around: every mask (a secret, vetto's sealed
+//!   state) and every read-only protection, each with the (device, inode) the scan found.
 //!
-//! The consequence, documented in the threat model: a directory on the way to a secret or
-//! a protected path (the project root, `.git`) can be listed and its existing files edited,
-//! but nothing can be created, removed or renamed directly in it.
+//! The walk that turns this into rules is `vetto_hooks::fsview`: it works on descriptors and
+//! inode identities, never on names resolved twice, so a rename racing the start cannot move
+//! a secret under a broad rule (a directory on the way to an exception gets listing only and
+//! each entry its own rule; a directory above a masked *directory* not even listing, so the
+//! masked directory's names stay hidden). An exception that is no longer where the scan found
+//! it, a directory that cannot be listed, or more than [`MAX_RULES`] rules is an error: there
+//! is no broad fallback.
+//!
+//! The consequence, documented in the threat model: a directory on the way to a secret or a
+//! protected path (the project root, `.git`) can be listed and its existing files edited, but
+//! nothing can be created, removed or renamed directly in it.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::plan::{FsAccess, InitMountKind, LandlockPlan, LandlockRule};
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{FsAccess, InitMountKind, LandlockRule};
 use crate::translate::Translation;
 
 /// The most rules one FS-ONLY view may need.
@@ -34,50 +39,40 @@ pub const MAX_RULES: usize = 4096;
 /// (without a PID namespace, the host's processes of the same user are otherwise reachable).
 pub const MIN_ABI: u32 = 6;
 
-/// The view cannot be built: the command does not run.
-#[derive(Debug, thiserror::Error)]
-pub enum FsOnlyError {
-    /// A directory on the way to an exception could not be listed or inspected.
-    #[error("FS-ONLY: listing {} to grant access around the secrets and protected paths beneath it failed: {source}", path.display())]
-    Enumerate {
-        /// Where.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The safety budget of rules is exhausted.
-    #[error("FS-ONLY: granting {} around its secrets and protected paths needs more than {MAX_RULES} Landlock rules (the safety budget); use the FULL tier, or move the secrets out of large trees", root.display())]
-    Budget {
-        /// The rule that was being expanded.
-        root: PathBuf,
-    },
+/// An object the grant must go around.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exception {
+    /// Where the scan found it (canonical parent).
+    pub path: PathBuf,
+    /// `None`: no access at all (a mask); `Some`: at most this (a protection).
+    pub limit: Option<FsAccess>,
+    /// A masked directory: the directories above it get no listing right either (it would
+    /// reach into the masked directory).
+    pub hide_names: bool,
+    /// `st_dev` the scan recorded.
+    pub dev: u64,
+    /// `st_ino` the scan recorded.
+    pub ino: u64,
 }
 
-/// What to do at one path: nothing (a mask) or at most this access (a protection).
-type Exceptions = BTreeMap<PathBuf, Option<FsAccess>>;
+/// The FS-ONLY view: roots to grant and exceptions to go around.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct View {
+    /// What to grant (canonical paths), in order.
+    pub roots: Vec<LandlockRule>,
+    /// What to go around.
+    pub exceptions: Vec<Exception>,
+    /// The Landlock ABI required.
+    pub min_abi: u32,
+}
 
-fn exceptions(t: &Translation) -> Exceptions {
-    let mut out = Exceptions::new();
-    for m in &t.plan.mounts {
-        let limit = match m.kind {
-            InitMountKind::MaskFile | InitMountKind::MaskDir | InitMountKind::Verify => None,
-            InitMountKind::ReadOnly => Some(FsAccess::ReadExec),
-            // A pin only keeps a directory from being renamed; ListDir above an exception
-            // already does.
-            InitMountKind::Pin => continue,
-        };
-        for p in [Some(m.path.clone()), canonical(&m.path)]
-            .into_iter()
-            .flatten()
-        {
-            let e = out.entry(p).or_insert(limit);
-            if limit.is_none() {
-                *e = None;
-            }
-        }
+impl View {
+    /// The exceptions beneath (or at) `root`.
+    pub fn beneath<'a>(&'a self, root: &'a Path) -> impl Iterator<Item = &'a Exception> + 'a {
+        self.exceptions
+            .iter()
+            .filter(move |e| e.path.starts_with(root))
     }
-    out
 }
 
 /// `path` with its parent resolved (the last component itself is not followed).
@@ -86,97 +81,52 @@ fn canonical(path: &Path) -> Option<PathBuf> {
     Some(parent.join(path.file_name()?))
 }
 
-/// The narrower of two accesses.
-fn narrower(a: FsAccess, b: FsAccess) -> FsAccess {
-    use FsAccess::*;
-    match (a, b) {
-        (ListDir, _) | (_, ListDir) => ListDir,
-        (ReadExec, _) | (_, ReadExec) => ReadExec,
-        (Device, x) | (x, Device) => x,
-        (ReadWriteNoDelete, _) | (_, ReadWriteNoDelete) => ReadWriteNoDelete,
-        (ReadWrite, ReadWrite) => ReadWrite,
-    }
-}
-
-struct Expander<'a> {
-    exc: &'a Exceptions,
-    rules: Vec<LandlockRule>,
-    root: PathBuf,
-}
-
-impl Expander<'_> {
-    fn push(&mut self, path: PathBuf, access: FsAccess, optional: bool) -> Result<(), FsOnlyError> {
-        if self.rules.len() >= MAX_RULES {
-            return Err(FsOnlyError::Budget {
-                root: self.root.clone(),
-            });
-        }
-        self.rules.push(LandlockRule {
-            path,
-            access,
-            optional,
-        });
-        Ok(())
-    }
-
-    /// Grant `access` on `path`, around every exception beneath it.
-    fn grant(&mut self, path: &Path, access: FsAccess, optional: bool) -> Result<(), FsOnlyError> {
-        let access = match self.exc.get(path) {
-            Some(None) => return Ok(()),
-            Some(Some(limit)) => narrower(access, *limit),
-            None => access,
+fn exceptions(t: &Translation) -> Vec<Exception> {
+    let mut out: Vec<Exception> = vec![];
+    for m in &t.plan.mounts {
+        let (limit, hide_names) = match m.kind {
+            InitMountKind::MaskFile => (None, false),
+            InitMountKind::MaskDir => (None, true),
+            // A symlink with a secret's name: never followed by the walk; its target (if
+            // a secret) is an exception of its own.
+            InitMountKind::Verify => continue,
+            InitMountKind::ReadOnly => (Some(FsAccess::ReadExec), false),
+            // A pin only keeps a directory from being renamed; listing-only above an
+            // exception already does.
+            InitMountKind::Pin => continue,
         };
-        let beneath = self
-            .exc
-            .range(path.to_path_buf()..)
-            .take_while(|(e, _)| e.starts_with(path))
-            .any(|(e, _)| e != path);
-        if !beneath {
-            return self.push(path.to_path_buf(), access, optional);
-        }
-        self.push(path.to_path_buf(), FsAccess::ListDir, optional)?;
-        let entries = match std::fs::read_dir(path) {
-            Ok(e) => e,
-            Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(source) => {
-                return Err(FsOnlyError::Enumerate {
-                    path: path.to_path_buf(),
-                    source,
-                })
+        let path = canonical(&m.path).unwrap_or_else(|| m.path.clone());
+        match out
+            .iter_mut()
+            .find(|e| e.dev == m.dev && e.ino == m.ino && e.path == path)
+        {
+            Some(e) => {
+                if limit.is_none() {
+                    e.limit = None;
+                }
+                e.hide_names |= hide_names;
             }
-        };
-        let mut names = vec![];
-        for entry in entries {
-            let entry = entry.map_err(|source| FsOnlyError::Enumerate {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            let kind = entry.file_type().map_err(|source| FsOnlyError::Enumerate {
-                path: entry.path(),
-                source,
-            })?;
-            // A symlink is not followed: its target is reachable only through a rule of its
-            // own (and one inside a granted tree is granted with that tree).
-            if !kind.is_symlink() {
-                names.push(entry.path());
-            }
+            None => out.push(Exception {
+                path,
+                limit,
+                hide_names,
+                dev: m.dev,
+                ino: m.ino,
+            }),
         }
-        names.sort();
-        for p in names {
-            self.grant(&p, access, false)?;
-        }
-        Ok(())
     }
+    out
 }
 
-/// The FS-ONLY Landlock plan for translation `t`: `private` are the session's own writable
-/// directories (its `TMPDIR`), `devices` the terminal devices the command may use.
+/// The FS-ONLY view of translation `t`: `private` are the session's own writable directories
+/// (its `TMPDIR`), `devices` the terminal devices the command may use, `readable` files it may
+/// read (the parent policy of nested runs).
 pub fn view(
     t: &Translation,
     private: &[PathBuf],
     devices: &[PathBuf],
-) -> Result<LandlockPlan, FsOnlyError> {
-    let exc = exceptions(t);
+    readable: &[PathBuf],
+) -> View {
     let spec_mounts = t.spec.mounts().clone().unwrap_or_default();
     let kind_at = |p: &Path| {
         spec_mounts
@@ -185,11 +135,7 @@ pub fn view(
             .find(|m| m.destination() == p)
             .and_then(|m| m.typ().clone())
     };
-    let mut x = Expander {
-        exc: &exc,
-        rules: vec![],
-        root: PathBuf::new(),
-    };
+    let mut roots = vec![];
     for r in &t.plan.landlock.rules {
         let path = r.path.as_path();
         let access = match (kind_at(path).as_deref(), path.to_str()) {
@@ -199,37 +145,40 @@ pub fn view(
             (_, Some("/dev/pts")) => continue,
             (_, Some(p)) if p.starts_with("/dev/") => r.access,
             (Some("bind"), _) => r.access,
-            // Beneath a bind or a tmpfs without a mount of its own (a scratch directory in
-            // the project): as the rule says, if its tree is kept.
-            _ if t
-                .plan
-                .landlock
-                .rules
-                .iter()
-                .any(|o| o.path != r.path && path.starts_with(&o.path)) =>
+            // Beneath a bind without a mount of its own (a scratch directory in the project):
+            // as the rule says.
+            _ if t.plan.landlock.rules.iter().any(|o| {
+                o.path != r.path
+                    && path.starts_with(&o.path)
+                    && kind_at(&o.path).as_deref() == Some("bind")
+            }) =>
             {
                 r.access
             }
             _ => continue,
         };
-        // Granted on the real object: the expansion compares host paths.
-        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        x.root = real.clone();
-        x.grant(&real, access, r.optional)?;
+        roots.push(LandlockRule {
+            path: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+            access,
+            optional: r.optional,
+        });
     }
-    for p in private {
-        x.root = p.clone();
-        x.push(p.clone(), FsAccess::ReadWrite, false)?;
+    for (list, access) in [
+        (private, FsAccess::ReadWrite),
+        (devices, FsAccess::Device),
+        (readable, FsAccess::ReadExec),
+    ] {
+        roots.extend(list.iter().map(|p| LandlockRule {
+            path: p.clone(),
+            access,
+            optional: false,
+        }));
     }
-    for d in devices {
-        x.root = d.clone();
-        x.push(d.clone(), FsAccess::Device, false)?;
-    }
-    Ok(LandlockPlan {
-        rules: x.rules,
+    View {
+        roots,
+        exceptions: exceptions(t),
         min_abi: MIN_ABI,
-        scope: true,
-    })
+    }
 }
 
 /// The FS-ONLY tier's deny-list: FULL's, plus the network. Without a network namespace a

@@ -35,7 +35,7 @@ const SCOPE_ABI: u32 = 6;
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1 << 0;
 
 /// Rights that make sense on a non-directory (the kernel rejects the others with EINVAL).
-fn file_rights() -> BitFlags<AccessFs> {
+pub(crate) fn file_rights() -> BitFlags<AccessFs> {
     AccessFs::Execute
         | AccessFs::WriteFile
         | AccessFs::ReadFile
@@ -153,6 +153,36 @@ pub fn rights(access: FsAccess) -> BitFlags<AccessFs> {
     }
 }
 
+/// A ruleset handling every filesystem right of [`HANDLED_ABI`] the kernel knows (those up
+/// to `min_abi` required), scoped on ABI ≥ 6 when `scope`; with the kernel's ABI and whether
+/// it is scoped.
+pub(crate) fn new_ruleset(
+    min_abi: u32,
+    scope: bool,
+) -> Result<(::landlock::RulesetCreated, u32, bool), LandlockError> {
+    let required = min_abi.max(1);
+    let min_abi = abi_from(required)?;
+    let kernel = abi_version().ok_or(LandlockError::Unavailable { required })?;
+    if kernel < required {
+        return Err(LandlockError::AbiTooOld { kernel, required });
+    }
+    // Rights up to min_abi are a hard requirement; newer ones are best effort.
+    let required_rights = AccessFs::from_all(min_abi.min(HANDLED_ABI));
+    let mut ruleset = ::landlock::Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(required_rights)?
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(HANDLED_ABI))?;
+    let scoped = scope && kernel >= SCOPE_ABI;
+    if scoped {
+        ruleset = ruleset
+            .set_compatibility(CompatLevel::HardRequirement)
+            .scope(Scope::from_all(ABI::V6))?
+            .set_compatibility(CompatLevel::BestEffort);
+    }
+    Ok((ruleset.create()?, kernel, scoped))
+}
+
 /// Opens `path` with `O_PATH` (no read permission needed, no side effect on devices).
 /// `Ok(None)` if it does not exist.
 fn open_path(path: &Path) -> Result<Option<(OwnedFd, bool)>, LandlockError> {
@@ -187,28 +217,7 @@ fn open_path(path: &Path) -> Result<Option<(OwnedFd, bool)>, LandlockError> {
 /// Sets `no_new_privs` as Landlock requires. Fails if the kernel ABI is below
 /// `plan.min_abi`, if a non-optional path is missing, or if nothing is enforced.
 pub fn apply(plan: &LandlockPlan) -> Result<AppliedLandlock, LandlockError> {
-    let required = plan.min_abi.max(1);
-    let min_abi = abi_from(required)?;
-    let kernel = abi_version().ok_or(LandlockError::Unavailable { required })?;
-    if kernel < required {
-        return Err(LandlockError::AbiTooOld { kernel, required });
-    }
-
-    // Rights up to min_abi are a hard requirement; newer ones are best effort.
-    let required_rights = AccessFs::from_all(min_abi.min(HANDLED_ABI));
-    let mut ruleset = ::landlock::Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(required_rights)?
-        .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessFs::from_all(HANDLED_ABI))?;
-    let scoped = plan.scope && kernel >= SCOPE_ABI;
-    if scoped {
-        ruleset = ruleset
-            .set_compatibility(CompatLevel::HardRequirement)
-            .scope(Scope::from_all(ABI::V6))?
-            .set_compatibility(CompatLevel::BestEffort);
-    }
-    let mut created = ruleset.create()?;
+    let (mut created, kernel, scoped) = new_ruleset(plan.min_abi, plan.scope)?;
 
     let mut rules = 0;
     let mut skipped = Vec::new();

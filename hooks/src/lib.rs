@@ -14,6 +14,7 @@
 
 pub mod apply;
 pub mod bpf;
+pub mod fsview;
 pub mod identity;
 pub mod init;
 pub mod landlock;

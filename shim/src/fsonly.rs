@@ -15,7 +15,7 @@
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -77,8 +77,12 @@ struct PrivateTmp(PathBuf);
 impl PrivateTmp {
     fn create(uid: u32) -> Result<Self> {
         let base = std::env::temp_dir();
-        let template = CString::new(format!("{}/vetto-fs-{uid}.XXXXXX", base.display()))
-            .context("TMPDIR holds a NUL byte")?;
+        let template = CString::new(format!(
+            "{}/vetto-fs-{uid}.{}.XXXXXX",
+            base.display(),
+            std::process::id()
+        ))
+        .context("TMPDIR holds a NUL byte")?;
         let mut buf = template.into_bytes_with_nul();
         // SAFETY: mkdtemp rewrites the X's of the NUL-terminated template we own (mode 0700).
         let p = unsafe { libc::mkdtemp(buf.as_mut_ptr().cast()) };
@@ -92,6 +96,36 @@ impl PrivateTmp {
         buf.pop();
         let path = PathBuf::from(String::from_utf8(buf).context("mkdtemp path")?);
         Ok(PrivateTmp(path))
+    }
+}
+
+/// Remove the private directories of sessions whose supervisor is gone (killed before it
+/// could remove them): `vetto-fs-UID.PID.*`, owned by `uid`, where no process `PID` runs.
+fn sweep_stale(uid: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let base = std::env::temp_dir();
+    let prefix = format!("vetto-fs-{uid}.");
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        // Only a real directory of ours (not a symlink someone put there).
+        if e.path()
+            .symlink_metadata()
+            .is_ok_and(|m| m.is_dir() && m.uid() == uid)
+        {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 
@@ -142,6 +176,8 @@ struct Child {
     envp: Vec<CString>,
     cwd: CString,
     rlimits: Vec<Rlimit>,
+    /// The Landlock ruleset, enforced first (before the rest of `hardening`).
+    ruleset: Option<vetto_hooks::fsview::Built>,
     hardening: Hardening,
     tty: bool,
     error_fd: RawFd,
@@ -177,7 +213,7 @@ fn die(fd: RawFd, what: &str, code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-fn child_main(c: &Child) -> ! {
+fn child_main(mut c: Child) -> ! {
     let fail = |what: &str, code: i32| -> ! { die(c.error_fd, what, code) };
     // SAFETY: setpgid with integers: the command leads a process group of its own.
     unsafe { libc::setpgid(0, 0) };
@@ -220,13 +256,19 @@ fn child_main(c: &Child) -> ! {
             125,
         );
     }
+    // Landlock first (it consumes, and closes, the ruleset's descriptor).
+    if let Some(r) = c.ruleset.take() {
+        if let Err(e) = r.restrict_self() {
+            fail(&vetto_broker::error_chain(&e), 125);
+        }
+    }
     // Nothing of the supervisor's reaches the command but stdio; the error pipe (CLOEXEC)
     // and the supervisor's pidfd stay open until exec.
     close_all_but(&[c.error_fd, c.pidfd]);
     if let Err(e) = apply::apply(&c.hardening) {
         fail(&vetto_broker::error_chain(&e), 125);
     }
-    sandbox_reaper(c)
+    sandbox_reaper(&c)
 }
 
 /// The signal the sandbox's reaper gets when the supervisor dies (not one the supervisor
@@ -491,19 +533,22 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     if let Some(why) = network_refusal(t, args.git_ssh) {
         bail!("{why}");
     }
+    sweep_stale(facts.uid);
     let tmp = PrivateTmp::create(facts.uid)?;
-    let mut landlock = vetto_bundle::fsonly::view(t, std::slice::from_ref(&tmp.0), &terminals())?;
     // A nested `vetto run` reads this sandbox's policy as its ceiling: a file the sandbox may
     // read, not write, outside its TMPDIR.
     let meta = PrivateTmp::create(facts.uid)?;
     let parent_file = meta.0.join("parent-policy.json");
     std::fs::write(&parent_file, crate::nested::serialize(policy)?)
         .context("writing the policy for nested sandboxes")?;
-    landlock.rules.push(vetto_bundle::plan::LandlockRule {
-        path: parent_file.clone(),
-        access: vetto_bundle::plan::FsAccess::ReadExec,
-        optional: false,
-    });
+    let view = vetto_bundle::fsonly::view(
+        t,
+        std::slice::from_ref(&tmp.0),
+        &terminals(),
+        std::slice::from_ref(&parent_file),
+    );
+    // Built here, on descriptors; the command's process only enforces it.
+    let ruleset = vetto_hooks::fsview::build(&view)?;
     let seccomp = vetto_hooks::seccomp::compile(&vetto_bundle::fsonly::seccomp(&t.plan.seccomp))?;
 
     let mut spec = serde_json::to_value(&t.spec)?;
@@ -547,9 +592,10 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         envp: cstrings(&env)?,
         cwd: CString::new(cwd.as_os_str().as_encoded_bytes()).context("working directory")?,
         rlimits: rlimits(&spec),
+        ruleset: Some(ruleset),
         hardening: Hardening {
             no_new_privs: true,
-            landlock: Some(landlock),
+            landlock: None,
             capabilities,
             parent_death: Some(Some(pidfd.as_raw_fd())),
             filters: vec![Filter::DenyList(seccomp)],
@@ -612,7 +658,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         drop(err_r);
-        child_main(&child);
+        child_main(child);
     }
     let fork_err = std::io::Error::last_os_error();
     if pid > 0 {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The escape suite on every tier this machine can run: `vetto run` (FULL) as root and as an
-# unprivileged user (nobody, via setpriv), then vetto-shim hardened under Podman.
+# unprivileged user (nobody, via setpriv), `vetto run --tier fs-only` (FS-ONLY) the same two
+# ways, then vetto-shim hardened under Podman.
 # Results: target/escape/<tier>.json and the combined table target/escape/results.md
 # (`make escape-docs` copies it into docs/security-tests.md).
 #
@@ -23,6 +24,8 @@ run() {
 if [ "$(id -u)" -eq 0 ]; then
   run full-root --tier full --mode root
   run full-rootless --tier full --mode rootless
+  run fs-only-root --tier fs-only --mode root
+  run fs-only-rootless --tier fs-only --mode rootless
   if command -v podman >/dev/null && command -v busybox >/dev/null; then
     run shim-podman --tier shim
   else
@@ -31,6 +34,7 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   # Not root: the rootless tier is the caller itself; the shim tier needs root Podman.
   run full-rootless --tier full --mode rootless
+  run fs-only-rootless --tier fs-only --mode rootless
   echo "escape: root and shim tiers SKIPPED (run as root for them)"
 fi
 python3 "$here/suite.py" --docs "${runs[@]}" >"$out/results.md"

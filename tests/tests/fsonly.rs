@@ -234,6 +234,22 @@ both!(the_supervisor_killed_takes_every_process_with_it, |f| {
         "left running: {:?}",
         pids_with(&t)
     );
+    // The killed supervisor could not remove its private directories; the next session does.
+    let left = |pid: u32| -> Vec<String> {
+        std::fs::read_dir("/tmp")
+            .expect("ls /tmp")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("vetto-fs-{}.{pid}.", f.uid)))
+            .collect()
+    };
+    assert!(
+        !left(child.id()).is_empty(),
+        "nothing to sweep: the test proves nothing"
+    );
+    let o = f.run_sh(FS, "true");
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(left(child.id()), Vec::<String>::new());
 });
 
 both!(

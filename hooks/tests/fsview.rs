@@ -1,18 +1,21 @@
-//! The FS-ONLY view ([`vetto_bundle::fsonly::view`]) on a real tree: the rules go around
-//! every secret and protected path, nothing private to FULL is granted from the host, and the
-//! safety budget is an error, not a broad fallback.
+//! The FS-ONLY ruleset ([`vetto_bundle::fsonly::view`] walked by
+//! [`vetto_hooks::fsview::build`]) on a real tree: the rules go around every secret and
+//! protected path, nothing private to FULL is granted from the host, a masked directory's
+//! names stay hidden, a secret renamed during the build fails it, and the safety budget is an
+//! error, not a broad fallback.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use vetto_bundle::fsonly::{self, FsOnlyError, MAX_RULES};
+use vetto_bundle::fsonly::{self, MAX_RULES};
 use vetto_bundle::host::{HostFacts, SystemDir};
-use vetto_bundle::plan::{FsAccess, InitMountKind, LandlockPlan};
+use vetto_bundle::plan::{FsAccess, InitMountKind};
 use vetto_bundle::policy::PolicyFile;
 use vetto_bundle::profiles;
 use vetto_bundle::resolve::{merge, Layer, Source};
 use vetto_bundle::secrets;
 use vetto_bundle::translate::{translate, Translation};
+use vetto_hooks::fsview::{build, FsViewError};
 
 struct World {
     _tmp: tempfile::TempDir,
@@ -95,8 +98,16 @@ fn translated(w: &World, extra: &str) -> Translation {
     translate(&policy, &f, &found, "fsonly-test").expect("translate")
 }
 
-fn access_at(plan: &LandlockPlan, p: &Path) -> Option<FsAccess> {
-    plan.rules.iter().find(|r| r.path == p).map(|r| r.access)
+struct Granted(Vec<(PathBuf, FsAccess)>);
+
+fn access_at(plan: &Granted, p: &Path) -> Option<FsAccess> {
+    plan.0.iter().find(|(path, _)| path == p).map(|(_, a)| *a)
+}
+
+fn granted(t: &Translation, private: &[PathBuf]) -> Result<Granted, FsViewError> {
+    let view = fsonly::view(t, private, &[], &[]);
+    assert_eq!(view.min_abi, fsonly::MIN_ABI);
+    build(&view).map(|b| Granted(b.granted))
 }
 
 #[test]
@@ -104,9 +115,8 @@ fn the_view_goes_around_every_mask_and_protection() {
     let w = world();
     let t = translated(&w, "[filesystem]\nproject = \"write\"\n");
     let tmpdir = PathBuf::from("/tmp/vetto-fs-test-private");
-    let plan = fsonly::view(&t, std::slice::from_ref(&tmpdir), &[]).expect("view");
-    assert_eq!(plan.min_abi, fsonly::MIN_ABI);
-    assert!(plan.scope);
+    std::fs::create_dir_all(&tmpdir).expect("mkdir");
+    let plan = granted(&t, std::slice::from_ref(&tmpdir)).expect("view");
 
     // Every mask: no rule on it or above it but ListDir (Landlock rights add up down a tree).
     // Every read-only protection: nothing that could write it.
@@ -123,12 +133,12 @@ fn the_view_goes_around_every_mask_and_protection() {
         "{masks:?}"
     );
     for m in &masks {
-        for r in plan.rules.iter().filter(|r| m.starts_with(&r.path)) {
+        for (path, access) in plan.0.iter().filter(|(p, _)| m.starts_with(p)) {
             assert_eq!(
-                r.access,
+                *access,
                 FsAccess::ListDir,
                 "{} grants {m:?}",
-                r.path.display()
+                path.display()
             );
         }
     }
@@ -146,12 +156,12 @@ fn the_view_goes_around_every_mask_and_protection() {
         "{protected:?}"
     );
     for p in &protected {
-        for r in plan.rules.iter().filter(|r| p.starts_with(&r.path)) {
+        for (path, access) in plan.0.iter().filter(|(q, _)| p.starts_with(q)) {
             assert!(
-                matches!(r.access, FsAccess::ListDir | FsAccess::ReadExec),
+                matches!(access, FsAccess::ListDir | FsAccess::ReadExec),
                 "{} grants {:?} over {p:?}",
-                r.path.display(),
-                r.access
+                path.display(),
+                access
             );
         }
     }
@@ -189,9 +199,9 @@ fn the_view_goes_around_every_mask_and_protection() {
         None
     );
     assert!(plan
-        .rules
+        .0
         .iter()
-        .all(|r| !r.path.starts_with(w.home.join(".ssh"))));
+        .all(|(p, _)| !p.starts_with(w.home.join(".ssh"))));
     // What FULL makes private is not granted from the host; the session's own TMPDIR is.
     for p in ["/tmp", "/dev/shm", "/dev/pts"] {
         assert_eq!(access_at(&plan, Path::new(p)), None, "{p}");
@@ -240,12 +250,51 @@ fn a_tree_too_large_to_go_around_is_an_error_not_a_fallback() {
         std::fs::write(many.join(format!("f{i}")), "").expect("w");
     }
     let t = translated(&w, "");
-    match fsonly::view(&t, &[], &[]) {
-        Err(e @ FsOnlyError::Budget { .. }) => {
+    match granted(&t, &[]) {
+        Err(e @ FsViewError::Budget { .. }) => {
             let msg = e.to_string();
             assert!(msg.contains("safety budget"), "{msg}");
             assert!(msg.contains(&w.proj.display().to_string()), "{msg}");
         }
-        other => panic!("expected the budget error, got {other:?}"),
+        Err(other) => panic!("expected the budget error, got {other}"),
+        Ok(g) => panic!("expected the budget error, got {} rules", g.0.len()),
+    }
+}
+
+#[test]
+fn a_masked_directory_keeps_its_names_hidden() {
+    let w = world();
+    std::fs::create_dir_all(w.proj.join("keys")).expect("mkdir");
+    std::fs::write(w.proj.join("keys/prod.pem"), "k").expect("w");
+    let t = translated(&w, "[secrets]\ndirs = [\"keys\"]\n");
+    let plan = granted(&t, &[]).expect("view");
+    // No listing right on the directories above it (it would reach into it); their other
+    // entries keep theirs.
+    assert_eq!(access_at(&plan, &w.proj), None);
+    assert_eq!(access_at(&plan, &w.proj.join("keys")), None);
+    assert_eq!(
+        access_at(&plan, &w.proj.join("README")),
+        Some(FsAccess::ReadWrite)
+    );
+}
+
+#[test]
+fn a_secret_renamed_away_before_the_build_fails_it_closed() {
+    // The scan found config/.env.local; before the ruleset is built, its directory is swapped
+    // with a secret-free one (as a racing process outside could): the build must refuse, not
+    // hand the secret's directory the sibling's rule.
+    let w = world();
+    std::fs::create_dir_all(w.proj.join("clean")).expect("mkdir");
+    std::fs::write(w.proj.join("clean/x"), "x").expect("w");
+    let t = translated(&w, "[filesystem]\nproject = \"write\"\n");
+    std::fs::rename(w.proj.join("config"), w.proj.join("tmp-swap")).expect("mv");
+    std::fs::rename(w.proj.join("clean"), w.proj.join("config")).expect("mv");
+    std::fs::rename(w.proj.join("tmp-swap"), w.proj.join("clean")).expect("mv");
+    match granted(&t, &[]) {
+        Err(e @ FsViewError::Changed { .. }) => {
+            assert!(e.to_string().contains(".env.local"), "{e}");
+        }
+        Err(other) => panic!("expected a refusal for the moved secret, got {other}"),
+        Ok(g) => panic!("the build went on: {:?}", g.0),
     }
 }
