@@ -217,8 +217,60 @@ pub fn seccomp(base: &crate::plan::SeccompPlan) -> crate::plan::SeccompPlan {
         errno: ENOSYS,
         why: "FS-ONLY: its flags live in a struct seccomp cannot read (CLONE_NEWUSER); callers fall back to clone".into(),
     });
+    s.deny_args.push(ArgDeny {
+        syscall: "socketpair".into(),
+        when: vec![ArgCheck::Ne { arg: 0, value: 1 }],
+        why: "FS-ONLY: socket pairs of AF_UNIX only".into(),
+    });
+    // Without a PID namespace every process of the same user can be named, and Landlock's
+    // scope covers signals only: the calls that act on another process by pid with a plain
+    // uid check (no ptrace check) are refused unless they name the caller (0).
+    for (syscall, arg) in [
+        ("prlimit64", 0),
+        ("setpriority", 1),
+        ("ioprio_set", 1),
+        ("sched_setaffinity", 0),
+        ("sched_setscheduler", 0),
+        ("sched_setparam", 0),
+        ("sched_setattr", 0),
+    ] {
+        s.deny_args.push(ArgDeny {
+            syscall: syscall.into(),
+            when: vec![ArgCheck::Ne { arg, value: 0 }],
+            why: "FS-ONLY: acts on another process (no PID namespace)".into(),
+        });
+    }
+    // Without an IPC namespace SysV IPC and POSIX message queues are the host's, and
+    // Landlock does not mediate them.
+    for syscall in SYSV_AND_MQUEUE {
+        if !s.deny.iter().any(|d| d == syscall) {
+            s.deny.push(syscall.to_string());
+        }
+    }
     s
 }
+
+/// SysV IPC and POSIX message queues: the host's, in a tier without an IPC namespace.
+pub const SYSV_AND_MQUEUE: &[&str] = &[
+    "shmget",
+    "shmat",
+    "shmctl",
+    "shmdt",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+];
 
 /// `CLONE_NEWUSER` from `<linux/sched.h>`.
 const CLONE_NEWUSER: u32 = 0x1000_0000;

@@ -339,7 +339,12 @@ pub fn build(view: &View) -> Result<Built, FsViewError> {
         }
         roots.push((fd, r.path.clone(), r.access));
     }
+    // Kept to re-resolve every exception from its root once the rules are in.
+    let mut kept: Vec<(OwnedFd, PathBuf)> = vec![];
     for (fd, path, access) in roots {
+        if let Ok(dup) = open_at(fd.as_raw_fd(), c".", libc::O_PATH) {
+            kept.push((dup, path.clone()));
+        }
         w.root = path.clone();
         w.walk(fd, path, access)?;
     }
@@ -361,6 +366,40 @@ pub fn build(view: &View) -> Result<Built, FsViewError> {
             .and_then(|fd| identity(fd.as_raw_fd()));
         if !matches!(now, Ok((nid, _)) if nid == *id) {
             return Err(FsViewError::Changed { path: path.clone() });
+        }
+    }
+    // And the whole way down to it is still made of the directories the walk went through
+    // (listing only): a directory above it moved under a broad rule during the build would
+    // lend it that rule, since Landlock adds rights along the path that exists at access.
+    for (root_fd, root) in &kept {
+        for e in view.beneath(root) {
+            let Ok(rel) = e.path.strip_prefix(root) else {
+                continue;
+            };
+            if rel.as_os_str().is_empty() {
+                continue;
+            }
+            let changed = || FsViewError::Changed {
+                path: e.path.clone(),
+            };
+            let mut cur =
+                open_at(root_fd.as_raw_fd(), c".", libc::O_PATH).map_err(|_| changed())?;
+            let comps: Vec<&OsStr> = rel.iter().collect();
+            for (i, comp) in comps.iter().enumerate() {
+                let (id, _) = identity(cur.as_raw_fd()).map_err(|_| changed())?;
+                if !w.through.contains(&id) {
+                    return Err(changed());
+                }
+                let name = cstr(comp).map_err(|_| changed())?;
+                let last = i + 1 == comps.len();
+                let flags =
+                    libc::O_PATH | libc::O_NOFOLLOW | if last { 0 } else { libc::O_DIRECTORY };
+                cur = open_at(cur.as_raw_fd(), &name, flags).map_err(|_| changed())?;
+            }
+            let (id, _) = identity(cur.as_raw_fd()).map_err(|_| changed())?;
+            if id != (e.dev, e.ino) {
+                return Err(changed());
+            }
         }
     }
     let ruleset = w.ruleset.take().ok_or(LandlockError::NotEnforced)?;

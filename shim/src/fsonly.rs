@@ -9,9 +9,10 @@
 //! The supervisor is the sandbox's child subreaper (`PR_SET_CHILD_SUBREAPER`): a process
 //! that leaves the group with `setsid()` or is orphaned by a double fork is reparented to it,
 //! not to the host's init, and when the command ends it kills and reaps every descendant
-//! until none is left. What this tier cannot do is documented in the threat model: if the
-//! supervisor itself is killed with SIGKILL, only the command dies with it (PDEATHSIG); its
-//! descendants live on, still under Landlock and seccomp.
+//! until none is left. Inside the sandbox, the command's parent stays behind as the sandbox's
+//! own reaper: when the command ends, or the supervisor dies (a parent-death signal, even on
+//! SIGKILL), it kills every process of its Landlock domain (`kill(-1)`, which the domain's
+//! signal scope confines) and reaps them. What remains is documented in the threat model.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -257,10 +258,11 @@ fn child_main(mut c: Child) -> ! {
         );
     }
     // Landlock first (it consumes, and closes, the ruleset's descriptor).
-    if let Some(r) = c.ruleset.take() {
-        if let Err(e) = r.restrict_self() {
-            fail(&vetto_broker::error_chain(&e), 125);
-        }
+    // (The reaper's kill(-1) below relies on this domain's signal scope: no ruleset, no run.)
+    match c.ruleset.take().map(|r| r.restrict_self()) {
+        Some(Ok(_)) => {}
+        Some(Err(e)) => fail(&vetto_broker::error_chain(&e), 125),
+        None => fail("FS-ONLY: no Landlock ruleset", 125),
     }
     // Nothing of the supervisor's reaches the command but stdio; the error pipe (CLOEXEC)
     // and the supervisor's pidfd stay open until exec.
@@ -361,8 +363,19 @@ fn sandbox_reaper(c: &Child) -> ! {
             break code;
         }
     };
-    // Not the group: the reaper leads it.
-    kill_all(None);
+    // Every process of this Landlock domain (and of domains nested in it): the scope limits
+    // kill(-1) to those, and one pass is atomic against fork, so a chain of processes that
+    // fork, setsid and exit cannot outrun it. Then reap until none is left.
+    loop {
+        // SAFETY: integer-only; Landlock's signal scope (required, ABI >= 6) confines it.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+        let mut st = 0;
+        // SAFETY: reaping any child of ours.
+        let r = unsafe { libc::waitpid(-1, &mut st, 0) };
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
     // SAFETY: leaving without the parent's destructors.
     unsafe { libc::_exit(code) }
 }

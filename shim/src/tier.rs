@@ -145,6 +145,18 @@ pub fn fs_only_missing(landlock_abi: Option<u32>) -> Option<String> {
     }
 }
 
+/// Whether the probe's failure says the host refuses user namespaces (a setting, a filter,
+/// a security module), as opposed to running out of them or of memory for a moment.
+fn refused_by_policy(no: &NoFull) -> bool {
+    match no.errno {
+        libc::EPERM | libc::EACCES | libc::EINVAL | libc::ENOSYS => true,
+        // `user.max_user_namespaces=0` answers ENOSPC too: a setting, not a quota.
+        libc::ENOSPC => std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+            .is_ok_and(|v| v.trim() == "0"),
+        _ => false,
+    }
+}
+
 /// The tier to run in, or why none will do.
 pub fn select(
     choice: TierChoice,
@@ -171,6 +183,11 @@ pub fn select(
         TierChoice::FsOnly => fs_only(),
         TierChoice::Auto => match probe_full() {
             Ok(()) => full(),
+            // Out of user namespaces (the quota, not a setting) or of memory: a transient
+            // failure is not a reason to run weaker.
+            Err(no) if !refused_by_policy(&no) => Err(format!(
+                "tier FULL could not be set up just now ({no}), and this is not a host where user namespaces are disabled, so vetto does not fall back to FS-ONLY; the command does not run (try again, or choose --tier fs-only)"
+            )),
             Err(no) if require == Tier::Full => Err(format!(
                 "tier FULL cannot be established ({no}) and the policy requires it (sandbox.require = \"full\"); the command does not run. To enable it: {}",
                 no.fix()
@@ -193,6 +210,19 @@ mod tests {
     fn the_probe_succeeds_where_namespaces_work() {
         // This machine runs FULL (the end-to-end tests depend on it).
         probe_full().expect("FULL's namespaces can be created here");
+    }
+
+    #[test]
+    fn only_a_refusal_falls_back_not_a_transient_failure() {
+        let no = |errno| NoFull { step: "x", errno };
+        assert!(refused_by_policy(&no(libc::EPERM)));
+        assert!(refused_by_policy(&no(libc::EACCES)));
+        assert!(!refused_by_policy(&no(libc::ENOMEM)));
+        assert!(!refused_by_policy(&no(libc::EAGAIN)));
+        // ENOSPC is the quota here (this machine allows user namespaces), not a setting.
+        let setting = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+            .is_ok_and(|v| v.trim() == "0");
+        assert_eq!(refused_by_policy(&no(libc::ENOSPC)), setting);
     }
 
     #[test]

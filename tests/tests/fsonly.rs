@@ -156,13 +156,27 @@ both!(process_and_kernel_attacks_are_refused, |f| {
          \x20   open('/proc/{hp}/environ', 'rb').read(); print('environ read')\n\
          except OSError as e:\n\
          \x20   print('environ', e.errno)\n\
+         import resource\n\
+         def err(f):\n\
+         \x20   try:\n\
+         \x20       f(); return 0\n\
+         \x20   except OSError as e:\n\
+         \x20       return e.errno\n\
+         print('prlimit', err(lambda: resource.prlimit({hp}, resource.RLIMIT_CPU, (1, 1))))\n\
+         print('setpriority', err(lambda: os.setpriority(os.PRIO_PROCESS, {hp}, 19)))\n\
+         print('affinity', err(lambda: os.sched_setaffinity({hp}, {{0}})))\n\
+         print('shmget', 0 if libc.shmget(0, 4096, 0o1600) >= 0 else ctypes.get_errno())\n\
+         print('own', err(lambda: resource.prlimit(0, resource.RLIMIT_NOFILE)), err(lambda: os.setpriority(os.PRIO_PROCESS, 0, 1)), err(lambda: os.sched_setaffinity(0, os.sched_getaffinity(0))))\n\
          print('nnp', [l for l in open('/proc/self/status') if l.startswith(('NoNewPrivs', 'Seccomp:', 'CapEff'))])\n"
     );
     let o = f.run_argv(FS, &["python3", "-c", &script]);
     let text = out(&o);
     // The host process is the test's (root) or another user's (nobody): ptrace EPERM by
     // seccomp either way; kill EPERM (Landlock scope, or another user's process).
-    let want = "ptrace 1\nbpf 1\nio_uring 1\nuserfaultfd 1\nperf 1\nunshare_user 1\nmount 1\nkill 1\nenviron 13\n";
+    // prlimit, setpriority and affinity on another process by pid (a plain uid check, not
+    // covered by Landlock's signal scope) are refused; on itself they work. SysV IPC is the
+    // host's here: refused.
+    let want = "ptrace 1\nbpf 1\nio_uring 1\nuserfaultfd 1\nperf 1\nunshare_user 1\nmount 1\nkill 1\nenviron 13\nprlimit 1\nsetpriority 1\naffinity 1\nshmget 1\nown 0 0 0\n";
     assert!(text.starts_with(want), "{text}\n{}", err(&o));
     assert!(text.contains("'NoNewPrivs:\\t1\\n'"), "{text}");
     assert!(text.contains("'Seccomp:\\t2\\n'"), "{text}");
