@@ -22,28 +22,17 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use vetto_broker::audit::event::{EndReason, Limit};
+use vetto_broker::audit::event::EndReason;
 use vetto_bundle::host::HostFacts;
 use vetto_bundle::resolve::Policy;
 use vetto_bundle::translate::Translation;
 use vetto_hooks::apply::{self, Capabilities, Filter, Hardening};
+use vetto_hooks::init::FORWARDED;
 use vetto_hooks::process;
 
 use crate::audit;
 use crate::cli::RunArgs;
 use crate::run::{EXIT_SETUP, EXIT_WALL_CLOCK};
-
-/// Signals the supervisor forwards to the command's process group.
-const FORWARDED: &[libc::c_int] = &[
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGWINCH,
-    libc::SIGCONT,
-];
 
 /// What the network plan asks that this tier cannot give, if anything.
 fn network_refusal(t: &Translation, git_ssh: bool) -> Option<String> {
@@ -727,21 +716,12 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     );
 
     if let Some(l) = live.as_mut() {
-        if let (Some(n), Some(limit)) = (refused_forks.filter(|n| *n > 0), &policy.limits.processes)
-        {
-            l.limit(Limit {
-                limit: "processes".into(),
-                value: limit.value,
-                detail: format!("a fork was refused {n} time(s) at the limit"),
-            });
-        }
-        if matches!(status, Outcome::WallClock) {
-            l.limit(Limit {
-                limit: "wall_clock".into(),
-                value: t.plan.wall_clock_secs.unwrap_or(0),
-                detail: "the sandbox was killed".into(),
-            });
-        }
+        crate::run::record_limits(
+            l,
+            refused_forks,
+            policy,
+            matches!(status, Outcome::WallClock).then_some(t.plan.wall_clock_secs.unwrap_or(0)),
+        );
     }
     let (code, reason, control) = match &status {
         Outcome::WallClock => (i32::from(EXIT_WALL_CLOCK), EndReason::WallClock, None),

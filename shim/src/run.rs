@@ -575,21 +575,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let msg = read_all_nonblocking(err_r.as_raw_fd());
     ph.mark("teardown");
     if let Some(l) = live.as_mut() {
-        if let (Some(n), Some(limit)) = (refused_forks.filter(|n| *n > 0), &policy.limits.processes)
-        {
-            l.limit(Limit {
-                limit: "processes".into(),
-                value: limit.value,
-                detail: format!("a fork was refused {n} time(s) at the limit"),
-            });
-        }
-        if matches!(status, Outcome::WallClock) {
-            l.limit(Limit {
-                limit: "wall_clock".into(),
-                value: t.plan.wall_clock_secs.unwrap_or(0),
-                detail: "the sandbox was killed".into(),
-            });
-        }
+        record_limits(
+            l,
+            refused_forks,
+            &policy,
+            matches!(status, Outcome::WallClock).then_some(t.plan.wall_clock_secs.unwrap_or(0)),
+        );
     }
     if let Some(l) = live {
         let (status, signal, reason, control) = match &status {
@@ -644,6 +635,30 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             }
             Ok(code)
         }
+    }
+}
+
+/// Record the limits the session hit: forks refused at `limits.processes`, and the wall
+/// clock (its seconds) when it killed the sandbox. Both tiers' supervisors call it.
+pub(crate) fn record_limits(
+    live: &mut audit::Live,
+    refused_forks: Option<u64>,
+    policy: &vetto_bundle::resolve::Policy,
+    wall_clock_hit: Option<u64>,
+) {
+    if let (Some(n), Some(limit)) = (refused_forks.filter(|n| *n > 0), &policy.limits.processes) {
+        live.limit(Limit {
+            limit: "processes".into(),
+            value: limit.value,
+            detail: format!("a fork was refused {n} time(s) at the limit"),
+        });
+    }
+    if let Some(secs) = wall_clock_hit {
+        live.limit(Limit {
+            limit: "wall_clock".into(),
+            value: secs,
+            detail: "the sandbox was killed".into(),
+        });
     }
 }
 
