@@ -910,6 +910,25 @@ pub fn harden(
                 continue;
             };
             let src = r.path.clone();
+            // What the bind itself is: a file or directory that is, or lies in, a secret
+            // (a single file of `~/.aws`, a `.env`, a symlink to one), for this user and for
+            // the account whose home holds it. What it holds is scanned below.
+            let mut is_secret = secrets::secret_containing(&patterns, home, &src)?;
+            for h in homes.iter().filter(|h| src.starts_with(h) && *h != home) {
+                if is_secret.is_none() {
+                    is_secret = secrets::secret_containing(&home_patterns, h, &src)?;
+                }
+            }
+            if let Some((secret, pattern)) = is_secret {
+                return Err(ContainerError::Refused {
+                    policy: policy_name.to_string(),
+                    reasons: vec![format!(
+                        "a bind of {} (at {dst}), which is or lies in the secret {} (pattern `{pattern}`)",
+                        src.display(),
+                        secret.display(),
+                    )],
+                });
+            }
             canonical.push((i, src.clone()));
             binds.push(BindCheck {
                 path: dst.into(),
@@ -1540,6 +1559,43 @@ mod tests {
                     home.join(".aws").display()
                 )),
                 "{e}"
+            );
+        }
+    }
+
+    /// The same for a *file* inside a secret directory, bound by itself or through a
+    /// symlink elsewhere, and for a file that is a secret by name.
+    #[test]
+    fn a_bind_of_a_file_inside_a_secret_is_refused() {
+        let home = tempfile::tempdir().expect("tmp");
+        let home = home.path().canonicalize().expect("c");
+        std::fs::create_dir_all(home.join(".aws")).expect("mk");
+        std::fs::create_dir_all(home.join("work")).expect("mk");
+        std::fs::write(home.join(".aws/credentials"), "k").expect("w");
+        std::fs::write(home.join("work/.env"), "k").expect("w");
+        std::os::unix::fs::symlink(
+            home.join(".aws/credentials"),
+            home.join("work/innocent.conf"),
+        )
+        .expect("ln");
+        let policy = resolve_host_policy("default").expect("policy");
+        for (src, secret) in [
+            (home.join(".aws/credentials"), home.join(".aws")),
+            (home.join("work/innocent.conf"), home.join(".aws")),
+            (home.join("work/.env"), home.join("work/.env")),
+        ] {
+            let mut s = base(json!([
+                {"destination": "/creds", "type": "bind", "source": src, "options": ["rbind", "ro"]}
+            ]));
+            let e = harden(&mut s, &policy, "default", &home, &OwnPlaces::default())
+                .expect_err("refused");
+            assert!(
+                e.to_string().contains(&format!(
+                    "which is or lies in the secret {}",
+                    secret.display()
+                )),
+                "{}: {e}",
+                src.display()
             );
         }
     }

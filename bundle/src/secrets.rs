@@ -162,6 +162,38 @@ pub fn scan(
     Ok(scan_project(patterns, home, project, false)?.secrets)
 }
 
+/// The secret that `path` (canonical) is or lies in, by `patterns` (`~` is `home`): an
+/// anchored pattern (`~/.aws`, `/etc/ssh/ssh_host_*_key`) matching `path` or one of its
+/// ancestors, or a name pattern (`.env*`, `*.pem`) matching `path`'s own name. A scan starts
+/// beneath a directory, so this is the check for what a bind *is* rather than what it holds:
+/// a bind of a single file, or of a directory inside a secret one.
+pub fn secret_containing(
+    patterns: &[&Sourced<String>],
+    home: &Path,
+    path: &Path,
+) -> Result<Option<(PathBuf, String)>, TranslateError> {
+    for p in patterns {
+        match compile(&p.value, home, path)? {
+            Pattern::Name(m) => {
+                if path.file_name().is_some_and(|n| m.is_match(n)) {
+                    return Ok(Some((path.to_path_buf(), p.value.clone())));
+                }
+            }
+            Pattern::Anchored { dir, last } => {
+                let dir = dir.canonicalize().unwrap_or(dir);
+                for a in path.ancestors() {
+                    if a.parent() == Some(dir.as_path())
+                        && a.file_name().is_some_and(|n| last.is_match(n))
+                    {
+                        return Ok(Some((a.to_path_buf(), p.value.clone())));
+                    }
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// What one walk of the project found.
 #[derive(Debug, Clone, Default)]
 pub struct Scan {

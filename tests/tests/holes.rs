@@ -418,3 +418,47 @@ both!(masks_land_on_the_scanned_files_despite_rename_races, |f| {
     names.sort();
     assert_eq!(names, vec![".env.local", "other"]);
 });
+
+// --- a granted path that is, or resolves into, a secret --------------------------------------
+
+// HOME's dotfiles and the policy's roots are bound (FULL) or granted (FS-ONLY) at their
+// resolved target. A dotfile that is a symlink to a secret (`~/.gitconfig -> .ssh/id_ed25519`,
+// `~/.cargo -> .aws`, `~/.rustup -> a .env`) and a root beneath a secret directory must not
+// show it: each is masked whole, in both tiers.
+both!(
+    a_dotfile_or_root_resolving_into_a_secret_is_masked_whole,
+    |f| {
+        std::fs::create_dir_all(f.home.join(".aws")).expect("mkdir");
+        std::fs::write(f.home.join(".aws/credentials"), "aws_secret=dummy-aws\n").expect("w");
+        std::fs::create_dir_all(f.home.join("dots")).expect("mkdir");
+        std::fs::write(f.home.join("dots/.env.tools"), "TOOLS_SECRET=dummy-tools\n").expect("w");
+        std::fs::remove_file(f.home.join(".gitconfig")).expect("rm");
+        std::os::unix::fs::symlink(".ssh/id_ed25519", f.home.join(".gitconfig")).expect("ln");
+        std::os::unix::fs::symlink(".aws", f.home.join(".cargo")).expect("ln");
+        std::os::unix::fs::symlink("dots/.env.tools", f.home.join(".rustup")).expect("ln");
+        f.own(&f.home);
+        let p = policy(
+            f,
+            "roots.toml",
+            &format!(
+                "[filesystem]\nread = [\"{}\"]\n",
+                f.home.join(".ssh/id_ed25519").display()
+            ),
+        );
+        for tier in ["full", "fs-only"] {
+            let o = f.run_sh(
+            &["--tier", tier, "-q", "--policy", &p],
+            "cat ~/.gitconfig ~/.cargo/credentials ~/.rustup ~/.ssh/id_ed25519 2>/dev/null; echo done",
+        );
+            let s = out(&o);
+            assert_eq!(s, "done\n", "{tier}: {s} {}", err(&o));
+        }
+        let o = f.vetto(&["policy", "explain", "--policy", &p]);
+        let text = out(&o);
+        assert!(
+            text.contains("masked whole: it is or resolves into the secret"),
+            "{text} {}",
+            err(&o)
+        );
+    }
+);

@@ -52,8 +52,80 @@ fn via_note(s: &SecretMatch) -> String {
         .unwrap_or_default()
 }
 
-/// Secret masks: each secret, at every place a bind shows it, masked by the init.
-pub(super) fn mask(b: &mut Builder, secrets: &[SecretMatch]) {
+/// Binds whose host source *is* or lies inside a secret (a dotfile that is a symlink into
+/// `~/.ssh` or to a `.env`, a root beneath `~/.aws`): the bind would show the secret at its
+/// destination, which [`mask_places`] (secrets at or beneath a bind's source) does not see.
+/// Found by identity (beneath a secret directory the scan found) or by the patterns
+/// ([`crate::secrets::secret_containing`]). Each as (destination, the secret, its pattern,
+/// the source's kind and identity).
+pub type InsideSecret = (PathBuf, PathBuf, String, MaskKind, (u64, u64));
+
+/// See [`InsideSecret`].
+pub fn binds_inside_secrets(
+    secrets: &[SecretMatch],
+    binds: &[(PathBuf, PathBuf)],
+    patterns: &[&crate::resolve::Sourced<String>],
+    home: &Path,
+) -> Result<Vec<InsideSecret>, crate::translate::TranslateError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out: Vec<InsideSecret> = vec![];
+    for (src, dest) in binds {
+        let found = secrets
+            .iter()
+            .find(|s| s.kind == MaskKind::Dir && src != &s.path && src.starts_with(&s.path))
+            .map(|s| (s.path.clone(), s.pattern.clone()));
+        let hit = match found {
+            Some(f) => Some(f),
+            None => crate::secrets::secret_containing(patterns, home, src)?,
+        };
+        let Some((secret, pattern)) = hit else {
+            continue;
+        };
+        if out.iter().any(|(d, ..)| d == dest) {
+            continue;
+        }
+        // The source is canonical: what the bind shows. Gone since: nothing shown.
+        let Ok(m) = std::fs::metadata(src) else {
+            continue;
+        };
+        let kind = if m.is_dir() {
+            MaskKind::Dir
+        } else {
+            MaskKind::File
+        };
+        out.push((dest.clone(), secret, pattern, kind, (m.dev(), m.ino())));
+    }
+    Ok(out)
+}
+
+/// Secret masks: each secret, at every place a bind shows it, masked by the init; and every
+/// bind that is or shows the inside of a secret, masked whole.
+pub(super) fn mask(
+    b: &mut Builder,
+    secrets: &[SecretMatch],
+    patterns: &[&crate::resolve::Sourced<String>],
+    home: &Path,
+) -> Result<(), crate::translate::TranslateError> {
+    let whole = binds_inside_secrets(secrets, &b.binds, patterns, home)?;
+    let source = crate::resolve::Source::Builtin("secret list".into());
+    for (dest, secret, pattern, kind, id) in &whole {
+        let k = match kind {
+            MaskKind::Dir => InitMountKind::MaskDir,
+            _ => InitMountKind::MaskFile,
+        };
+        b.init_mount(dest, k, *id);
+        let what = if dest == secret {
+            String::new()
+        } else {
+            format!(" {}", secret.display())
+        };
+        b.note(
+            "mask",
+            dest.display(),
+            format!("masked whole: it is or resolves into the secret{what} (pattern `{pattern}`)"),
+            &source,
+        );
+    }
     let mut targets = mask_places(secrets, &b.binds, &[]);
     targets.sort_by(|a, b| a.0.cmp(&b.0));
     for (i, s) in secrets.iter().enumerate() {
@@ -107,4 +179,5 @@ pub(super) fn mask(b: &mut Builder, secrets: &[SecretMatch]) {
             &s.source,
         );
     }
+    Ok(())
 }

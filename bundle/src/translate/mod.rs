@@ -146,7 +146,7 @@ pub fn translate(
     let mut b = Builder::default();
     let layout = mounts::layout(&mut b, policy, facts)?;
     let handoff_watch = protect::protect_all(&mut b, policy, facts, &layout.writable_roots)?;
-    masks::mask(&mut b, secrets);
+    masks::mask(&mut b, secrets, &policy.secret_patterns(), &facts.home)?;
     protect::pin_sealed(&mut b, facts, &layout.writable_roots);
     let mounts = mounts::order(&mut b);
     landlock::note(&mut b);
