@@ -55,6 +55,7 @@ pub mod dns;
 #[doc(hidden)]
 pub mod fuzzing;
 mod http_proxy;
+pub mod peers;
 pub mod plan;
 pub mod ratelimit;
 mod relay;

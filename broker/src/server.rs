@@ -103,6 +103,10 @@ pub struct BrokerSpec {
     pub deny: Vec<String>,
     /// What happens to names the allowlist does not list (none: they are refused).
     pub approvals: Option<ApprovalSpec>,
+    /// FS-ONLY: the read end of a pipe on which the supervisor announces the source port of
+    /// each connection it makes for the sandbox ([`crate::peers`]); only those are served.
+    /// Handed to [`serve`] for good.
+    pub peers_fd: Option<RawFd>,
 }
 
 impl Default for BrokerSpec {
@@ -118,6 +122,7 @@ impl Default for BrokerSpec {
             sandbox_netns_fd: None,
             deny: Vec::new(),
             approvals: None,
+            peers_fd: None,
         }
     }
 }
@@ -264,6 +269,9 @@ pub enum BrokerError {
     /// The approvals gate cannot be set up (its store, its control socket).
     #[error("approvals")]
     Approvals(#[from] ApprovalsError),
+    /// The supervisor's announcement pipe cannot be used.
+    #[error("the peers pipe cannot be used")]
+    Peers(#[source] io::Error),
 }
 
 /// The resolver a spec selects: the host's, or one DNS server over UDP.
@@ -296,6 +304,7 @@ pub(crate) struct Shared {
     events: UnboundedSender<BrokerEvent>,
     sandbox_netns: Option<RawFd>,
     gate: Option<Arc<Gate>>,
+    peers: Option<Arc<crate::peers::Peers>>,
 }
 
 fn parse_resolver(s: &str) -> Result<SocketAddr, BrokerError> {
@@ -360,6 +369,7 @@ impl Shared {
             events,
             sandbox_netns: spec.sandbox_netns_fd,
             gate,
+            peers: None,
         })
     }
 }
@@ -405,7 +415,13 @@ pub async fn serve_with_events(
     listeners: Vec<(ListenerKind, std::net::TcpListener)>,
     events: UnboundedSender<BrokerEvent>,
 ) -> Result<(), BrokerError> {
-    let shared = Arc::new(Shared::new(&spec, events)?);
+    let mut shared = Shared::new(&spec, events)?;
+    if let Some(fd) = spec.peers_fd {
+        // SAFETY: the spec hands this descriptor to `serve` for good (see `peers_fd`).
+        let pipe = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        shared.peers = Some(crate::peers::Peers::start(pipe).map_err(BrokerError::Peers)?);
+    }
+    let shared = Arc::new(shared);
     if listeners.is_empty() {
         return Err(BrokerError::NoListeners);
     }
@@ -524,6 +540,15 @@ async fn accept_loop(
                 }
             }
         };
+        if shared.peers.is_some() {
+            conns.spawn(admit_then_dispatch(
+                Arc::clone(&shared),
+                kind,
+                stream,
+                client,
+            ));
+            continue;
+        }
         match Arc::clone(&shared.conns).try_acquire_owned() {
             Ok(permit) => {
                 conns.spawn(handle(Arc::clone(&shared), kind, stream, client, permit));
@@ -539,6 +564,37 @@ async fn accept_loop(
                         rec.refuse(&refusal);
                         drop(stream);
                     }
+                }
+            }
+        }
+    }
+}
+
+/// With announced peers ([`crate::peers`]): a connection the supervisor did not announce is
+/// closed unanswered and unrecorded (it is not the sandbox's); an announced one goes on as
+/// any other.
+async fn admit_then_dispatch(
+    shared: Arc<Shared>,
+    kind: ListenerKind,
+    stream: TcpStream,
+    client: SocketAddr,
+) {
+    if let Some(peers) = &shared.peers {
+        if !peers.admit(client, crate::peers::WAIT).await {
+            tracing::warn!(listener = %kind, %client, "a connection the supervisor did not announce (not the sandbox's): closed");
+            return;
+        }
+    }
+    match Arc::clone(&shared.conns).try_acquire_owned() {
+        Ok(permit) => handle(Arc::clone(&shared), kind, stream, client, permit).await,
+        Err(_) => {
+            let mut rec = Record::new(&shared, kind, client);
+            let refusal = Refusal::too_many(shared.max_connections);
+            match Arc::clone(&shared.rejecting).try_acquire_owned() {
+                Ok(permit) => reject(kind, stream, rec, refusal, permit).await,
+                Err(_) => {
+                    rec.refuse(&refusal);
+                    drop(stream);
                 }
             }
         }

@@ -169,7 +169,7 @@ pub fn view(
         (readable, FsAccess::ReadExec),
     ] {
         roots.extend(list.iter().map(|p| LandlockRule {
-            path: p.clone(),
+            path: std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()),
             access,
             optional: false,
         }));
@@ -182,16 +182,69 @@ pub fn view(
 }
 
 /// The FS-ONLY tier's deny-list: FULL's, plus the network. Without a network namespace a
-/// socket reaches the host's: `socket()` is refused whatever the family (a pathname UNIX
-/// socket, D-Bus's or the Docker daemon's, would otherwise be reachable: Landlock before ABI 9
-/// does not mediate connecting to one), and `socketpair()` of datagram sockets too (`sendto`
-/// with an address works on those even when connected).
-pub fn seccomp(base: &crate::plan::SeccompPlan) -> crate::plan::SeccompPlan {
+/// socket reaches the host's: with the network off, `socket()` is refused whatever the family
+/// (a pathname UNIX socket, D-Bus's or the Docker daemon's, would otherwise be reachable:
+/// Landlock before ABI 9 does not mediate connecting to one), and `socketpair()` of datagram
+/// sockets too (`sendto` with an address works on those even when connected).
+///
+/// With the broker (`broker`), the only sockets are TCP over IPv4 or IPv6, and they can only
+/// be connected: every `connect()` is answered by the supervisor, which connects the socket to
+/// the broker itself (`vetto_hooks::seccomp::notify_connect`); here, everything that would
+/// reach the host's network without a `connect()` is refused: `bind()` and `listen()` (which
+/// binds a port on every address by itself), and TCP Fast Open's `sendto`/`sendmsg` with
+/// `MSG_FASTOPEN`, which connects and sends in one call.
+pub fn seccomp(base: &crate::plan::SeccompPlan, broker: bool) -> crate::plan::SeccompPlan {
     use crate::plan::{ArgCheck, ArgDeny};
     let mut s = base.clone();
-    // Refused outright: the family rule is moot.
     s.deny_args.retain(|a| a.syscall != "socket");
-    if !s.deny.iter().any(|d| d == "socket") {
+    if broker {
+        s.deny_args.push(ArgDeny {
+            syscall: "socket".into(),
+            when: vec![
+                ArgCheck::Ne { arg: 0, value: 2 },
+                ArgCheck::Ne { arg: 0, value: 10 },
+            ],
+            why: "FS-ONLY with the broker: a family other than AF_INET, AF_INET6".into(),
+        });
+        // The type's low 4 bits (SOCK_TYPE_MASK; the rest are SOCK_NONBLOCK, SOCK_CLOEXEC).
+        for ty in (0..16).filter(|t| *t != SOCK_STREAM) {
+            s.deny_args.push(ArgDeny {
+                syscall: "socket".into(),
+                when: vec![ArgCheck::MaskedEq {
+                    arg: 1,
+                    mask: 0xf,
+                    value: ty,
+                }],
+                why: "FS-ONLY with the broker: a type other than SOCK_STREAM".into(),
+            });
+        }
+        s.deny_args.push(ArgDeny {
+            syscall: "socket".into(),
+            when: vec![
+                ArgCheck::Ne { arg: 2, value: 0 },
+                ArgCheck::Ne {
+                    arg: 2,
+                    value: IPPROTO_TCP,
+                },
+            ],
+            why: "FS-ONLY with the broker: a protocol other than TCP (MPTCP, SCTP)".into(),
+        });
+        for syscall in ["bind", "listen"] {
+            if !s.deny.iter().any(|d| d == syscall) {
+                s.deny.push(syscall.into());
+            }
+        }
+        for (syscall, arg) in [("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)] {
+            s.deny_args.push(ArgDeny {
+                syscall: syscall.into(),
+                when: vec![ArgCheck::BitsSet {
+                    arg,
+                    mask: MSG_FASTOPEN,
+                }],
+                why: "FS-ONLY with the broker: TCP Fast Open connects without connect()".into(),
+            });
+        }
+    } else if !s.deny.iter().any(|d| d == "socket") {
         s.deny.push("socket".into());
     }
     s.deny_args.push(ArgDeny {
@@ -272,6 +325,12 @@ pub const SYSV_AND_MQUEUE: &[&str] = &[
     "mq_getsetattr",
 ];
 
+/// `SOCK_STREAM`.
+const SOCK_STREAM: u32 = 1;
+/// `IPPROTO_TCP`.
+const IPPROTO_TCP: u32 = 6;
+/// `MSG_FASTOPEN`.
+const MSG_FASTOPEN: u32 = 0x2000_0000;
 /// `CLONE_NEWUSER` from `<linux/sched.h>`.
 const CLONE_NEWUSER: u32 = 0x1000_0000;
 /// `ENOSYS` (asm-generic).

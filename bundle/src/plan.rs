@@ -73,6 +73,15 @@ pub enum ArgCheck {
         /// The value.
         value: u32,
     },
+    /// `(arg & mask) == value`: a field of the argument has this value.
+    MaskedEq {
+        /// Argument index (0-5).
+        arg: u8,
+        /// The field's bits.
+        mask: u32,
+        /// The value.
+        value: u32,
+    },
 }
 
 /// A syscall refused (EPERM) when all of its checks hold.

@@ -36,7 +36,7 @@ use vetto_bundle::plan::{InitMount, LandlockPlan, Listener};
 use crate::landlock::{AppliedLandlock, LandlockError};
 use crate::oci_seccomp::{CompiledProfile, OciSeccompError};
 use crate::process::{CapSets, CapsDropped, ProcessError};
-use crate::{identity, landlock, listen, mounts, netlo, oci_seccomp, process, seccomp};
+use crate::{identity, landlock, listen, mounts, netlo, notify, oci_seccomp, process, seccomp};
 
 /// A control that could not be established: the command does not run.
 #[derive(Debug, Error)]
@@ -87,6 +87,9 @@ pub enum HardenError {
     /// The bundle's OCI seccomp profile could not be installed.
     #[error(transparent)]
     OciSeccomp(#[from] OciSeccompError),
+    /// FS-ONLY's connect() notification could not be set up.
+    #[error("network (FS-ONLY broker): {0}")]
+    Notify(#[from] crate::notify::NotifyError),
     /// `PR_SET_PDEATHSIG` failed.
     #[error("PR_SET_PDEATHSIG: {0}")]
     ParentDeath(#[source] nix::Error),
@@ -144,6 +147,14 @@ pub enum Filter {
     OciProfile(CompiledProfile),
     /// vetto's deny-list.
     DenyList(BpfProgram),
+    /// FS-ONLY with the broker: every `connect()` stops for the supervisor
+    /// ([`crate::notify`]); the listener is sent over `send_to`, which is then closed.
+    NotifyConnect {
+        /// The filter ([`crate::notify::connect_filter`]).
+        program: BpfProgram,
+        /// A unix socket to the supervisor.
+        send_to: RawFd,
+    },
 }
 
 /// Everything [`apply`] does, step by step; an empty step is skipped.
@@ -264,6 +275,12 @@ pub fn apply(h: &Hardening) -> Result<Applied, HardenError> {
         match f {
             Filter::OciProfile(p) => oci_seccomp::install(p)?,
             Filter::DenyList(p) => seccomp::install(p)?,
+            Filter::NotifyConnect { program, send_to } => {
+                let listener = notify::install_with_listener(program)?;
+                notify::send_listener(*send_to, &listener)?;
+                // SAFETY: the socket was handed to this step alone; nothing uses it after.
+                unsafe { libc::close(*send_to) };
+            }
         }
         done.filters += 1;
     }

@@ -92,6 +92,45 @@ fn open_at(dir: RawFd, name: &CStr, flags: libc::c_int) -> std::io::Result<Owned
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens the absolute, canonical `path` (`O_PATH`) one component at a time, never through a
+/// symlink: a component that is one now (it was resolved when the view was made) is `ELOOP`.
+/// Component by component rather than `openat2(RESOLVE_NO_SYMLINKS)`, which a parent
+/// sandbox's seccomp may refuse (vetto's own does, with `ENOSYS`).
+fn open_no_symlinks(path: &Path) -> std::io::Result<OwnedFd> {
+    let mut cur = open_at(libc::AT_FDCWD, c"/", libc::O_PATH | libc::O_DIRECTORY)?;
+    let comps: Vec<&OsStr> = path
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    for (i, comp) in comps.iter().enumerate() {
+        let last = i + 1 == comps.len();
+        let name = cstr(comp)?;
+        let flags = libc::O_PATH | libc::O_NOFOLLOW | if last { 0 } else { libc::O_DIRECTORY };
+        cur = match open_at(cur.as_raw_fd(), &name, flags) {
+            Ok(fd) => fd,
+            // O_DIRECTORY on a symlink.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                return Err(std::io::Error::from_raw_os_error(libc::ELOOP))
+            }
+            Err(e) => return Err(e),
+        };
+        if last && identity(cur.as_raw_fd())?.1 == libc::S_IFLNK {
+            return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
+        }
+    }
+    Ok(cur)
+}
+
 fn cstr(s: &OsStr) -> std::io::Result<CString> {
     CString::new(s.as_bytes()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
 }
@@ -254,7 +293,7 @@ fn narrower(a: FsAccess, b: FsAccess) -> FsAccess {
 
 /// Build the FS-ONLY ruleset for `view` (scoped: ABI ≥ 6 is required by the view).
 pub fn build(view: &View) -> Result<Built, FsViewError> {
-    let (ruleset, abi, _scoped) = new_ruleset(view.min_abi, true)?;
+    let (ruleset, abi, _scoped) = new_ruleset(view.min_abi, true, true)?;
     let mut w = Walk {
         ruleset: Some(ruleset),
         granted: vec![],
@@ -276,14 +315,16 @@ pub fn build(view: &View) -> Result<Built, FsViewError> {
     }
     let mut roots = vec![];
     for r in &view.roots {
-        let c = cstr(r.path.as_os_str()).map_err(|source| FsViewError::Io {
-            what: "opening",
-            path: r.path.clone(),
-            source,
-        })?;
-        let fd = match open_at(libc::AT_FDCWD, &c, libc::O_PATH) {
+        // Canonical when the view was made: a symlink on the way now is a change (a directory
+        // swapped for a link to elsewhere between the plan and the build).
+        let fd = match open_no_symlinks(&r.path) {
             Ok(fd) => fd,
             Err(e) if r.optional && e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(FsViewError::Changed {
+                    path: r.path.clone(),
+                })
+            }
             Err(source) => {
                 return Err(FsViewError::Io {
                     what: "opening",

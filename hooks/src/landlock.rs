@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use ::landlock::{
-    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, RulesetAttr,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, RulesetAttr,
     RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
 };
 use thiserror::Error;
@@ -30,6 +30,8 @@ pub const MAX_KNOWN_ABI: u32 = 10;
 
 /// First ABI with signal and abstract-UNIX-socket scoping.
 const SCOPE_ABI: u32 = 6;
+/// The ABI of TCP bind and connect rules.
+const NET_ABI: u32 = 4;
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1 << 0;
@@ -154,11 +156,13 @@ pub fn rights(access: FsAccess) -> BitFlags<AccessFs> {
 }
 
 /// A ruleset handling every filesystem right of [`HANDLED_ABI`] the kernel knows (those up
-/// to `min_abi` required), scoped on ABI ≥ 6 when `scope`; with the kernel's ABI and whether
-/// it is scoped.
+/// to `min_abi` required), scoped on ABI ≥ 6 when `scope`, and, with `deny_tcp` (FS-ONLY,
+/// which has no network namespace), handling TCP bind and connect with no rule allowing
+/// either (ABI ≥ 4, required); with the kernel's ABI and whether it is scoped.
 pub(crate) fn new_ruleset(
     min_abi: u32,
     scope: bool,
+    deny_tcp: bool,
 ) -> Result<(::landlock::RulesetCreated, u32, bool), LandlockError> {
     let required = min_abi.max(1);
     let min_abi = abi_from(required)?;
@@ -178,6 +182,18 @@ pub(crate) fn new_ruleset(
         ruleset = ruleset
             .set_compatibility(CompatLevel::HardRequirement)
             .scope(Scope::from_all(ABI::V6))?
+            .set_compatibility(CompatLevel::BestEffort);
+    }
+    if deny_tcp {
+        if kernel < NET_ABI {
+            return Err(LandlockError::AbiTooOld {
+                kernel,
+                required: NET_ABI,
+            });
+        }
+        ruleset = ruleset
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessNet::from_all(ABI::V4))?
             .set_compatibility(CompatLevel::BestEffort);
     }
     Ok((ruleset.create()?, kernel, scoped))
@@ -217,7 +233,7 @@ fn open_path(path: &Path) -> Result<Option<(OwnedFd, bool)>, LandlockError> {
 /// Sets `no_new_privs` as Landlock requires. Fails if the kernel ABI is below
 /// `plan.min_abi`, if a non-optional path is missing, or if nothing is enforced.
 pub fn apply(plan: &LandlockPlan) -> Result<AppliedLandlock, LandlockError> {
-    let (mut created, kernel, scoped) = new_ruleset(plan.min_abi, plan.scope)?;
+    let (mut created, kernel, scoped) = new_ruleset(plan.min_abi, plan.scope, false)?;
 
     let mut rules = 0;
     let mut skipped = Vec::new();

@@ -21,6 +21,7 @@ pub mod landlock;
 pub mod listen;
 pub mod mounts;
 pub mod netlo;
+pub mod notify;
 pub mod oci_seccomp;
 pub mod process;
 pub mod seccomp;

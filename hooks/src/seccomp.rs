@@ -125,6 +125,12 @@ fn condition(c: &ArgCheck) -> Result<SeccompCondition, seccompiler::BackendError
             SeccompCmpOp::Ne,
             u64::from(value),
         ),
+        ArgCheck::MaskedEq { arg, mask, value } => SeccompCondition::new(
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(u64::from(mask)),
+            u64::from(value),
+        ),
     }
 }
 

@@ -227,7 +227,7 @@ fn the_view_goes_around_every_mask_and_protection() {
 fn the_seccomp_plan_refuses_sockets_and_user_namespaces() {
     let w = world();
     let t = translated(&w, "");
-    let s = fsonly::seccomp(&t.plan.seccomp);
+    let s = fsonly::seccomp(&t.plan.seccomp, false);
     assert!(s.deny.iter().any(|d| d == "socket"));
     assert!(s.deny_args.iter().all(|a| a.syscall != "socket"));
     for sc in ["socketpair", "unshare", "clone"] {
@@ -297,4 +297,45 @@ fn a_secret_renamed_away_before_the_build_fails_it_closed() {
         Err(other) => panic!("expected a refusal for the moved secret, got {other}"),
         Ok(g) => panic!("the build went on: {:?}", g.0),
     }
+}
+
+#[test]
+fn a_root_replaced_by_a_symlink_before_the_build_fails_it_closed() {
+    // `~/.cargo` is a granted root (a dotfile); between the view and the build it becomes a
+    // link to `~/.ssh`, which would otherwise be granted through it.
+    let w = world();
+    let t = translated(&w, "");
+    let view = fsonly::view(&t, &[], &[], &[]);
+    std::fs::rename(w.home.join(".cargo"), w.home.join(".cargo-old")).expect("mv");
+    std::os::unix::fs::symlink(".ssh", w.home.join(".cargo")).expect("ln");
+    match build(&view) {
+        Err(FsViewError::Changed { path }) => assert_eq!(path, w.home.join(".cargo")),
+        Err(e) => panic!("another error: {e}"),
+        Ok(b) => panic!("built: {:?}", b.granted),
+    }
+}
+
+#[test]
+fn the_broker_plan_allows_tcp_sockets_only_and_no_listening() {
+    let w = world();
+    let t = translated(&w, "");
+    let s = fsonly::seccomp(&t.plan.seccomp, true);
+    assert!(
+        !s.deny.iter().any(|d| d == "socket"),
+        "socket() stays for TCP"
+    );
+    for d in ["bind", "listen"] {
+        assert!(s.deny.iter().any(|x| x == d), "{d} not refused");
+    }
+    let socket_rules = s.deny_args.iter().filter(|a| a.syscall == "socket").count();
+    // family, 15 types other than SOCK_STREAM, protocol.
+    assert_eq!(socket_rules, 17);
+    for sys in ["sendto", "sendmsg", "sendmmsg"] {
+        assert!(
+            s.deny_args.iter().any(|a| a.syscall == sys),
+            "{sys}: MSG_FASTOPEN not refused"
+        );
+    }
+    // The filter compiles.
+    vetto_hooks::seccomp::compile(&s).expect("compile");
 }

@@ -4,7 +4,9 @@
 //! steps as FULL's init minus the namespace ones: no_new_privs, Landlock with the narrow view
 //! of [`vetto_bundle::fsonly::view`] (ABI ≥ 6, so signals and abstract UNIX sockets are scoped
 //! to the sandbox), every capability dropped, PDEATHSIG checked against the supervisor's
-//! pidfd, and the deny-list with sockets refused ([`vetto_bundle::fsonly::seccomp`]).
+//! pidfd, and the deny-list with sockets refused ([`vetto_bundle::fsonly::seccomp`]), or, with
+//! the broker, TCP sockets whose every `connect()` this supervisor makes itself, to the broker
+//! only ([`crate::fsnet`]).
 //!
 //! The supervisor is the sandbox's child subreaper (`PR_SET_CHILD_SUBREAPER`): a process
 //! that leaves the group with `setsid()` or is orphaned by a double fork is reparented to it,
@@ -37,8 +39,11 @@ use crate::run::{EXIT_SETUP, EXIT_WALL_CLOCK};
 /// What the network plan asks that this tier cannot give, if anything.
 fn network_refusal(t: &Translation, git_ssh: bool) -> Option<String> {
     let net = &t.plan.network;
-    if net.broker.is_some() || !net.listeners.is_empty() || !net.publish.is_empty() || git_ssh {
-        return Some("network: the FS-ONLY tier runs with the network off (every socket() is refused); the broker, host ports and published ports need FULL's network namespace. Run with the network off, or where FULL can be established (see `vetto doctor`)".into());
+    if !net.publish.is_empty() || git_ssh {
+        return Some("network: the FS-ONLY tier cannot publish a port or carry --git-ssh (the sandbox may not listen, and has no network namespace of its own to dial into); the broker works. Run without them, or where FULL can be established (see `vetto doctor`)".into());
+    }
+    if net.broker.is_none() && !net.listeners.is_empty() {
+        return Some("network: listeners without the broker".into());
     }
     None
 }
@@ -172,10 +177,13 @@ struct Child {
     tty: bool,
     error_fd: RawFd,
     pidfd: RawFd,
+    /// With the broker: the socket the connect() listener goes to the supervisor on.
+    notify_fd: Option<RawFd>,
 }
 
-/// Close every descriptor above 2 but `keep`.
-fn close_all_but(keep: &[RawFd]) {
+/// Close every descriptor above 2 but `keep`; `false` if the kernel refused (then the
+/// command must not run: it would inherit what the supervisor holds).
+fn close_all_but(keep: &[RawFd]) -> bool {
     let mut keep: Vec<libc::c_uint> = keep
         .iter()
         .filter_map(|k| libc::c_uint::try_from(*k).ok())
@@ -185,10 +193,13 @@ fn close_all_but(keep: &[RawFd]) {
     for k in keep.into_iter().chain([libc::c_uint::MAX]) {
         if k > from {
             // SAFETY: close_range takes integers; it closes only descriptors of this child.
-            unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) };
+            if unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) } != 0 {
+                return false;
+            }
         }
         from = from.max(k.saturating_add(1));
     }
+    true
 }
 
 fn report(fd: RawFd, msg: &str) {
@@ -255,7 +266,17 @@ fn child_main(mut c: Child) -> ! {
     }
     // Nothing of the supervisor's reaches the command but stdio; the error pipe (CLOEXEC)
     // and the supervisor's pidfd stay open until exec.
-    close_all_but(&[c.error_fd, c.pidfd]);
+    let mut keep = vec![c.error_fd, c.pidfd];
+    keep.extend(c.notify_fd);
+    if !close_all_but(&keep) {
+        fail(
+            &format!(
+                "FS-ONLY: closing the supervisor's descriptors (close_range): {}",
+                std::io::Error::last_os_error()
+            ),
+            125,
+        );
+    }
     if let Err(e) = apply::apply(&c.hardening) {
         fail(&vetto_broker::error_chain(&e), 125);
     }
@@ -406,23 +427,33 @@ fn children() -> Vec<libc::pid_t> {
     out
 }
 
-/// Kill and reap every descendant (and the command's process group, if given): orphans are
-/// reparented to this subreaper, so repeat until there is no child left.
-fn kill_all(pgid: Option<libc::pid_t>) {
+/// Kill and reap every descendant (and the command's process group, if given) but `spare`
+/// (the broker, stopped on its own so it records the connections still open): orphans are
+/// reparented to this subreaper, so repeat until there is no other child left.
+fn kill_all(pgid: Option<libc::pid_t>, spare: Option<libc::pid_t>) {
     loop {
         if let Some(g) = pgid {
             // SAFETY: signalling the command's process group.
             unsafe { libc::kill(-g, libc::SIGKILL) };
         }
-        for pid in children() {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        let mut st = 0;
-        // SAFETY: reaping any child of ours.
-        let r = unsafe { libc::waitpid(-1, &mut st, 0) };
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+        let kids: Vec<libc::pid_t> = children()
+            .into_iter()
+            .filter(|p| Some(*p) != spare)
+            .collect();
+        if kids.is_empty() {
             return;
+        }
+        for pid in &kids {
+            // SAFETY: as above.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        for pid in &kids {
+            let mut st = 0;
+            // SAFETY: reaping a child of ours; EINTR retried, anything else (already reaped)
+            // ends the wait for it.
+            while unsafe { libc::waitpid(*pid, &mut st, 0) } < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
         }
     }
 }
@@ -432,7 +463,15 @@ enum Outcome {
     WallClock,
 }
 
-fn supervise(child: libc::pid_t, sfd: RawFd, deadline: Option<Instant>) -> Outcome {
+/// Wait for the command, forwarding signals and reaping orphans; `broker` (a child too) is
+/// noted in `broker_gone` if it ends first (then it must not be signalled by pid any more).
+fn supervise(
+    child: libc::pid_t,
+    sfd: RawFd,
+    deadline: Option<Instant>,
+    broker: Option<libc::pid_t>,
+    broker_gone: &mut bool,
+) -> Outcome {
     let mut forwarded = false;
     loop {
         let mut p = libc::pollfd {
@@ -478,6 +517,9 @@ fn supervise(child: libc::pid_t, sfd: RawFd, deadline: Option<Instant>) -> Outco
             if r <= 0 {
                 break;
             }
+            if Some(r) == broker {
+                *broker_gone = true;
+            }
             if r == child {
                 let code = if libc::WIFEXITED(st) {
                     libc::WEXITSTATUS(st)
@@ -520,6 +562,9 @@ pub struct FsOnly<'a> {
     pub audit_cfg: Option<&'a vetto_broker::audit::AuditConfig>,
     /// The session id.
     pub session: &'a str,
+    /// The user's runtime directory (checked out of the sandbox's reach): where a session
+    /// with the broker keeps its approvals control socket.
+    pub runtime_root: &'a Path,
 }
 
 /// Run the command in the FS-ONLY tier; returns its exit status.
@@ -531,10 +576,23 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         t,
         audit_cfg,
         session,
+        runtime_root,
     } = r;
     if let Some(why) = network_refusal(t, args.git_ssh) {
         bail!("{why}");
     }
+    let broker_plan = t.plan.network.broker.as_ref();
+    // With the broker, a session directory for the approvals' control socket (and its id).
+    let sess = match broker_plan {
+        Some(_) => Some(crate::session::create(runtime_root)?),
+        None => None,
+    };
+    let session_id: String = sess.as_ref().map_or(session, |s| s.id.as_str()).to_string();
+    let session: &str = &session_id;
+    let net = match broker_plan {
+        Some(_) => Some(crate::fsnet::prepare(&t.plan.network.listeners)?),
+        None => None,
+    };
     sweep_stale(facts.uid);
     let tmp = PrivateTmp::create(facts.uid)?;
     // A nested `vetto run` reads this sandbox's policy as its ceiling: a file the sandbox may
@@ -551,7 +609,18 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     );
     // Built here, on descriptors; the command's process only enforces it.
     let ruleset = vetto_hooks::fsview::build(&view)?;
-    let seccomp = vetto_hooks::seccomp::compile(&vetto_bundle::fsonly::seccomp(&t.plan.seccomp))?;
+    let seccomp = vetto_hooks::seccomp::compile(&vetto_bundle::fsonly::seccomp(
+        &t.plan.seccomp,
+        broker_plan.is_some(),
+    ))?;
+    let mut filters = vec![];
+    if let Some(n) = &net {
+        filters.push(Filter::NotifyConnect {
+            program: vetto_hooks::notify::connect_filter()?,
+            send_to: n.chan_child.as_raw_fd(),
+        });
+    }
+    filters.push(Filter::DenyList(seccomp));
 
     let mut spec = serde_json::to_value(&t.spec)?;
     crate::run::clamp_rlimits(&mut spec);
@@ -600,12 +669,13 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
             landlock: None,
             capabilities,
             parent_death: Some(Some(pidfd.as_raw_fd())),
-            filters: vec![Filter::DenyList(seccomp)],
+            filters,
             ..Hardening::default()
         },
         tty,
         error_fd: err_w.as_raw_fd(),
         pidfd: pidfd.as_raw_fd(),
+        notify_fd: net.as_ref().map(|n| n.chan_child.as_raw_fd()),
     };
 
     let nested = std::env::var_os(crate::nested::PARENT_POLICY_ENV).is_some();
@@ -652,6 +722,56 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         })?),
         None => None,
     };
+    // The broker, before the command: it cannot start, the command does not run.
+    let mut net = net;
+    let broker = match (broker_plan, net.as_mut(), sess.as_ref()) {
+        (Some(plan), Some(n), Some(sess)) => {
+            let started = (|| -> Result<std::process::Child> {
+                let spec = crate::sidecar::approvals_spec(
+                    plan,
+                    args.unattended,
+                    crate::pty::is_tty(0),
+                    format!("project {}", facts.project.display()),
+                    vetto_broker::audit::user_dir().map(|d| d.join("approvals.db")),
+                    session,
+                    facts.uid,
+                );
+                let control = crate::sidecar::bind_control(&sess.dir)?;
+                crate::sidecar::spawn(
+                    plan,
+                    &t.plan.network.listeners,
+                    std::mem::take(&mut n.listeners),
+                    crate::sidecar::HostSide {
+                        published: vec![],
+                        peers: n.peers_r.take(),
+                    },
+                    crate::sidecar::Lifetime::DieWithParent,
+                    audit_cfg.map(|c| crate::sidecar::BrokerAudit {
+                        config: c.clone(),
+                        session: session.to_string(),
+                    }),
+                    Some((spec, Some(control))),
+                )
+            })();
+            match started {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    if let Some(l) = live.take() {
+                        l.end(
+                            None,
+                            None,
+                            EndReason::SetupFailure,
+                            Some(format!("{e:#}")),
+                            args.audit.report.as_deref(),
+                            args.audit.summary,
+                        );
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
+    };
     if let Some(cg) = pids_cg.as_mut() {
         cg.enter()?;
     }
@@ -672,6 +792,28 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     }
     drop(err_w);
     drop(child);
+    let broker_pid = broker.as_ref().map(|b| b.id() as libc::pid_t);
+    // The sandbox's connect() listener, sent before its command runs; then answered here.
+    let mut net_failed: Option<anyhow::Error> = None;
+    if let Some(n) = net.take() {
+        let crate::fsnet::Prepared {
+            routes,
+            peers_w,
+            chan,
+            chan_child,
+            ..
+        } = n;
+        drop(chan_child);
+        if pid > 0 {
+            match crate::fsnet::receive(&chan) {
+                Ok(l) => crate::fsnet::serve(l, routes, peers_w),
+                Err(e) => {
+                    net_failed = Some(e);
+                    kill_all(Some(pid), broker_pid);
+                }
+            }
+        }
+    }
     if pid < 0 {
         if let Some(l) = live.take() {
             l.end(
@@ -689,8 +831,9 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         .plan
         .wall_clock_secs
         .map(|s| Instant::now() + Duration::from_secs(s));
-    let status = supervise(pid, sfd.as_raw_fd(), deadline);
-    kill_all(Some(pid));
+    let mut broker_gone = false;
+    let status = supervise(pid, sfd.as_raw_fd(), deadline, broker_pid, &mut broker_gone);
+    kill_all(Some(pid), broker_pid);
     if tty {
         // SAFETY: integer-only calls: take the terminal back for our own group (SIGTTOU
         // ignored for the call, as a background group must).
@@ -702,7 +845,27 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     }
     let refused_forks = pids_cg.as_ref().and_then(|c| c.refused_forks());
     drop(pids_cg);
+    // The broker records the connections still open, then exits: before the session's end.
+    if let Some(b) = broker.filter(|_| !broker_gone) {
+        crate::sidecar::stop(b);
+    }
+    drop(sess);
     let msg = read_all(err_r.as_raw_fd());
+    // The command's own report of a failed setup comes first; else the supervisor's.
+    let (status, msg) = match net_failed {
+        Some(e) => (
+            Outcome::Exited {
+                code: 125,
+                forwarded: false,
+            },
+            if msg.is_empty() {
+                format!("{e:#}")
+            } else {
+                msg
+            },
+        ),
+        None => (status, msg),
+    };
     drop(tmp);
     drop(meta);
     let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)

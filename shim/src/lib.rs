@@ -11,6 +11,7 @@ pub mod connect;
 pub mod doctor;
 pub mod engine;
 pub mod fdpass;
+pub mod fsnet;
 pub mod fsonly;
 pub mod handoff;
 pub mod nested;

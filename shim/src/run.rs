@@ -183,6 +183,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     if let Some(parent) = crate::nested::parent()? {
         crate::nested::check_ceiling(&parent, &policy)?;
+        if t.plan.network.broker.is_some() {
+            bail!("network: a nested sandbox runs with the network off: its broker would dial from inside the parent sandbox, which has no network but the parent's broker; run the nested sandbox with the network off");
+        }
     }
     let tier = match crate::tier::select(args.tier, policy.require.value, facts.landlock_abi) {
         Ok(tier) => tier,
@@ -240,26 +243,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     ph.mark("policy");
 
-    // FS-ONLY has no control socket and no libcontainer state: no runtime directory.
-    if tier == Tier::FsOnly {
-        return crate::fsonly::run(crate::fsonly::FsOnly {
-            args,
-            facts: &facts,
-            policy: &policy,
-            t: &t,
-            audit_cfg: audit_cfg.as_ref(),
-            session: &session::new_id(),
-        });
-    }
-    // The policy nested runs read as their ceiling (bound read-only below).
-    t.plan
-        .landlock
-        .rules
-        .push(vetto_bundle::plan::LandlockRule {
-            path: crate::nested::PARENT_POLICY_PATH.into(),
-            access: vetto_bundle::plan::FsAccess::ReadExec,
-            optional: false,
-        });
     let root = session::runtime_root(facts.uid)?;
     // The sessions' control sockets live there: no sandbox may reach it by any path.
     if let Ok(canon) = root.canonicalize() {
@@ -284,6 +267,28 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     }
     session::sweep_stale(&root);
+    // FS-ONLY has no libcontainer state; its session directory holds the approvals' control
+    // socket when the broker runs.
+    if tier == Tier::FsOnly {
+        return crate::fsonly::run(crate::fsonly::FsOnly {
+            args,
+            facts: &facts,
+            policy: &policy,
+            t: &t,
+            audit_cfg: audit_cfg.as_ref(),
+            session: &session::new_id(),
+            runtime_root: &root,
+        });
+    }
+    // The policy nested runs read as their ceiling (bound read-only below).
+    t.plan
+        .landlock
+        .rules
+        .push(vetto_bundle::plan::LandlockRule {
+            path: crate::nested::PARENT_POLICY_PATH.into(),
+            access: vetto_bundle::plan::FsAccess::ReadExec,
+            optional: false,
+        });
     let sess = session::create(&root)?;
     let bundle = sess.bundle();
 
@@ -512,7 +517,10 @@ pub fn run(args: &RunArgs) -> Result<u8> {
                     plan,
                     &net.listeners,
                     fds,
-                    published,
+                    sidecar::HostSide {
+                        published,
+                        peers: None,
+                    },
                     sidecar::Lifetime::DieWithParent,
                     audit_cfg.as_ref().map(|c| sidecar::BrokerAudit {
                         config: c.clone(),

@@ -162,6 +162,8 @@ pub fn broker_spec(plan: &BrokerPlan) -> BrokerSpec {
         deny: deny.clone(),
         // Set by the caller ([`approvals_spec`]): who can answer depends on where it runs.
         approvals: None,
+        // Set by [`spawn`] in FS-ONLY.
+        peers_fd: None,
     }
 }
 
@@ -217,6 +219,15 @@ pub fn spec_problem(e: &BrokerError) -> String {
     }
 }
 
+/// What the broker gets on the host's side besides the sandbox's listeners.
+#[derive(Default)]
+pub struct HostSide {
+    /// The host side of each published port ([`bind_published`]).
+    pub published: Vec<(u16, OwnedFd)>,
+    /// FS-ONLY: the read end of the supervisor's announcement pipe (`BrokerSpec::peers_fd`).
+    pub peers: Option<OwnedFd>,
+}
+
 /// Start `vetto __broker` (from this executable) with the listeners as fds 3, 4, …
 ///
 /// The spec is checked in this process first ([`BrokerSpec::validate`]), so a broker that
@@ -225,11 +236,12 @@ pub fn spawn(
     plan: &BrokerPlan,
     listeners: &[Listener],
     mut fds: Vec<OwnedFd>,
-    published: Vec<(u16, OwnedFd)>,
+    host: HostSide,
     lifetime: Lifetime,
     audit: Option<BrokerAudit>,
     approvals: Option<(ApprovalSpec, Option<OwnedFd>)>,
 ) -> Result<Child> {
+    let HostSide { published, peers } = host;
     // fds 3…: the sandbox's listeners, the host side of each published port, and (with
     // publish) the sandbox's network namespace.
     let netns = match published.is_empty() {
@@ -251,9 +263,12 @@ pub fn spawn(
         fds.extend(control);
         spec
     });
+    let peers_fd = peers.as_ref().map(|_| 3 + fds.len() as i32);
+    fds.extend(peers);
     let spec = BrokerSpec {
         sandbox_netns_fd: netns_fd,
         approvals,
+        peers_fd,
         ..broker_spec(plan)
     };
     spec.validate()

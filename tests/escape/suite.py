@@ -1508,7 +1508,8 @@ _net_case("N08", "add an address or route with netlink", "$PROBE sys netlink_add
 
 def _proxy_case(cid, what, line, proto="proxy"):
     @case(cid, "network", what, {"full": "refused by the broker (403 / SOCKS reply 2); nothing dialled"}, ("full",),
-          fs="n/a: FS-ONLY has no broker (every network mode but off is refused at the start, N26)")
+          fs="refused by the broker (403 / SOCKS reply 2); nothing dialled (the supervisor connects the "
+             "sandbox's socket to the broker, announced)")
     def _(t):
         pol = _net_policy(t)
         before = t.net.snapshot()
@@ -1549,21 +1550,71 @@ _proxy_case("N25", "CONNECT with invisible characters in the name (allowed.test 
 
 @case("N26", "network", "raw TCP past the broker to the host's loopback (allowlist mode)",
       {"full": "refused: only the broker's listeners exist"}, ("full",),
-      fs="the session refused at the start (the error names the network: FS-ONLY runs with the network off only); "
-         "nothing ran, nothing reached the host")
+      fs="refused: the supervisor answers a connect() to anything but the broker's advertised ports "
+         "(ECONNREFUSED on loopback); UDP sockets are refused (EPERM)")
 def _(t):
     pol = _net_policy(t)
     before = t.net.snapshot()
-    if t.tier == "fs-only":
-        r = t.run(f"echo ran; $PROBE tcp 127.0.0.1 {t.net.tcp4}; $PROBE udp 127.0.0.1 {t.net.udp}", flags=pol)
-        after = t.net.snapshot()
-        need(after["tcp4"] == before["tcp4"] and after["udp"] == before["udp"], "reached the host")
-        need(r.rc != 0 and "ran" not in r.out and "network" in r.err, f"not refused: rc {r.rc} {r.out!r} {r.err!r}")
-        return f"refused, exit {r.rc}: " + r.err.strip().splitlines()[-1][:70]
-    r = t.run(f"$PROBE tcp 127.0.0.1 {t.net.tcp4}; $PROBE udp 127.0.0.1 {t.net.udp}", flags=pol)
+    r = t.run(f"$PROBE tcp 127.0.0.1 {t.net.tcp4}; $PROBE tcp ::1 {t.net.tcp6}; $PROBE udp 127.0.0.1 {t.net.udp}",
+              flags=pol)
     after = t.net.snapshot()
-    need(after["tcp4"] == before["tcp4"] and after["udp"] == before["udp"], "reached the host")
+    need(after["tcp4"] == before["tcp4"] and after["tcp6"] == before["tcp6"] and after["udp"] == before["udp"],
+         "reached the host")
     return refused(r.out, "tcp")
+
+
+PY_NET = """import socket, errno, sys
+def t(n, f):
+    try:
+        f(); print(n + ': allowed')
+    except OSError as e:
+        print(n + ': ' + errno.errorcode.get(e.errno, str(e.errno)))
+"""
+
+
+def _fs_net_case(cid, what, body, exp, names):
+    """A network attack only FS-ONLY can meet (its sandbox shares the host's network stack),
+    written in Python (the host's python3 is in FS-ONLY's view), allowlist mode."""
+
+    @case(cid, "network", what, {"full": "n/a: the sandbox's network namespace is its own"}, (), fs=exp)
+    def _(t):
+        pol = _net_policy(t)
+        before = t.net.snapshot()
+        src = PY_NET + body.format(p4=t.net.tcp4, p6=t.net.tcp6, pu=t.net.udp)
+        r = t.run(f"python3 - <<'PYEOF'\n{src}\nPYEOF", flags=pol)
+        time.sleep(0.2)
+        after = t.net.snapshot()
+        for k in ("tcp4", "tcp6", "udp"):
+            need(after[k] == before[k], f"{after[k] - before[k]} {k} connection(s)/packet(s) reached the host")
+        return refused(r.out, *names)
+
+    return _
+
+
+_fs_net_case("N27", "listen on the host's network: bind() a port, listen() with an automatic port (allowlist mode)",
+             "t('bind', lambda: socket.socket().bind(('127.0.0.1', 0)))\n"
+             "t('listen', lambda: socket.socket().listen(1))\n"
+             "t('bind6', lambda: socket.socket(socket.AF_INET6).bind(('::', 0)))\n",
+             "refused (EPERM): no bind() or listen() at all", ["bind", "listen", "bind6"])
+_fs_net_case("N28", "TCP Fast Open: sendto(MSG_FASTOPEN) connects without connect() (allowlist mode)",
+             "t('fastopen', lambda: socket.socket().sendto(b'x', 0x20000000, ('127.0.0.1', {p4})))\n"
+             "t('fastopen6', lambda: socket.socket(socket.AF_INET6).sendto(b'x', 0x20000000, ('::1', {p6})))\n",
+             "refused (EPERM)", ["fastopen", "fastopen6"])
+_fs_net_case("N29", "the broker's real host port, learnt from getpeername(), dialled directly (allowlist mode)",
+             "s = socket.create_connection(('127.0.0.1', 3128), 2)\n"
+             "real = s.getpeername()[1]\n"
+             "t('broker-real', lambda: socket.create_connection(('127.0.0.1', real), 2))\n"
+             "t('broker-real6', lambda: socket.create_connection(('::ffff:127.0.0.1', real), 2))\n",
+             "refused (ECONNREFUSED): only the advertised ports lead to the broker", ["broker-real", "broker-real6"])
+_fs_net_case("N30", "sockets past seccomp's TCP-only rule: UDP, raw, SCTP, MPTCP, packet, netlink, unix (allowlist mode)",
+             "t('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {pu})))\n"
+             "t('raw', lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 17))\n"
+             "t('sctp', lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132))\n"
+             "t('mptcp', lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262))\n"
+             "t('packet', lambda: socket.socket(17, socket.SOCK_RAW, 0))\n"
+             "t('netlink', lambda: socket.socket(16, socket.SOCK_RAW, 0))\n"
+             "t('unix', lambda: socket.socket(socket.AF_UNIX))\n",
+             "refused (EPERM)", ["udp", "raw", "sctp", "mptcp", "packet", "netlink", "unix"])
 
 
 missing = [c.id for c in CASES if "fs-only" not in c.expect]

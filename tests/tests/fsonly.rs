@@ -587,3 +587,264 @@ both!(a_nested_policy_can_narrow_further, |f| {
         "k\n"
     );
 });
+
+// --- the broker in FS-ONLY -----------------------------------------------------------------
+// Every server here is on the host's loopback; 127.0.0.2 is admitted by the test policies'
+// `allow_cidrs` only (the broker refuses loopback answers otherwise).
+
+fn net_policy(f: &Fixture, body: &str) -> String {
+    let p = f.root.join("outside/fsnet.toml");
+    std::fs::write(&p, body).expect("w");
+    f.own(&p);
+    p.display().to_string()
+}
+
+both!(
+    the_broker_serves_the_sandbox_through_its_advertised_ports,
+    |f| {
+        let dns = vetto_integration::StubDns::start();
+        let (srv, hits) = vetto_integration::http_server("127.0.0.2:0");
+        let port = srv.port();
+        dns.set("api.test.vetto", &["127.0.0.2"]);
+        let echo = vetto_integration::echo_server("127.0.0.1:0");
+        let p = net_policy(
+        f,
+        &format!(
+            "[network]\nmode = \"allowlist\"\nallow = [\"api.test.vetto:{port}\"]\nallow_cidrs = [\"127.0.0.2/32\"]\nresolver = \"{}\"\nhost_ports = [{}]\n[approvals]\nmode = \"deny\"\n",
+            dns.addr,
+            echo.port()
+        ),
+    );
+        let script = format!(
+        "curl -sS -p http://api.test.vetto:{port}/; echo; \
+         curl -sS --socks5-hostname 127.0.0.1:1080 http://api.test.vetto:{port}/; echo; \
+         curl -sS -g -x 'http://[::1]:3128' -p http://api.test.vetto:{port}/; echo; \
+         curl -sS -p -o /dev/null -w '%{{http_connect}}\\n' http://other.test.vetto:{port}/ 2>/dev/null; \
+         (exec 3<>/dev/tcp/127.0.0.2/{port}) 2>/dev/null && echo BYPASS || echo no-bypass; \
+         exec 3<>/dev/tcp/127.0.0.1/{e}; echo ping-through >&3; read -r line <&3; echo \"$line\"",
+        e = echo.port()
+    );
+        let o = f.run_argv(
+            &["--tier", "fs-only", "--policy", &p],
+            &["/bin/bash", "-c", &script],
+        );
+        assert_eq!(
+            out(&o),
+            "hello\nhello\nhello\n403\nno-bypass\nping-through\n",
+            "{}",
+            err(&o)
+        );
+        assert!(err(&o).starts_with("vetto: tier FS-ONLY"), "{}", err(&o));
+        assert_eq!(
+            hits.load(std::sync::atomic::Ordering::SeqCst),
+            3,
+            "exactly the three allowed requests reached the server"
+        );
+        assert!(
+            dns.asked().iter().all(|n| n == "api.test.vetto"),
+            "a denied name was resolved: {:?}",
+            dns.asked()
+        );
+        // The broker recorded each connection in the session's audit trail.
+        let o = f.vetto(&["audit", "query", "--json", "--kind", "connection"]);
+        let text = out(&o);
+        assert_eq!(text.lines().count(), 5, "{text} {}", err(&o));
+        assert!(text.contains("other.test.vetto"), "{text}");
+        // Nothing left: no session directory, no broker.
+        assert!(
+            f.leftover_sessions().is_empty(),
+            "{:?}",
+            f.leftover_sessions()
+        );
+    }
+);
+
+both!(
+    with_the_broker_no_socket_reaches_the_host_but_through_it,
+    |f| {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        l.set_nonblocking(true).expect("nonblocking");
+        let l6 = std::net::TcpListener::bind("[::1]:0").expect("bind v6");
+        let port6 = l6.local_addr().expect("addr").port();
+        l6.set_nonblocking(true).expect("nonblocking");
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+        let uport = u.local_addr().expect("addr").port();
+        u.set_nonblocking(true).expect("nonblocking");
+        let p = net_policy(
+            f,
+            "[network]\nmode = \"allowlist\"\nallow = [\"api.test.vetto\"]\n",
+        );
+        let script = format!(
+        "import socket, errno\n\
+         def t(n, f):\n\
+         \x20   try:\n\
+         \x20       r = f(); print(n, 'allowed' if r is None else r)\n\
+         \x20   except OSError as e:\n\
+         \x20       print(n, errno.errorcode.get(e.errno, e.errno))\n\
+         t('tcp-host-port', lambda: socket.create_connection(('127.0.0.1', {port}), 2) and None)\n\
+         t('tcp6-host-port', lambda: socket.create_connection(('::1', {port6}), 2) and None)\n\
+         t('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {uport})) and None)\n\
+         t('raw', lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 6))\n\
+         t('mptcp', lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262))\n\
+         t('sctp', lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132))\n\
+         t('unix', lambda: socket.socket(socket.AF_UNIX))\n\
+         t('netlink', lambda: socket.socket(16, socket.SOCK_RAW, 0))\n\
+         t('bind', lambda: socket.socket().bind(('127.0.0.1', 0)))\n\
+         t('listen', lambda: socket.socket().listen(1))\n\
+         t('fastopen', lambda: socket.socket().sendto(b'GET / HTTP/1.0\\r\\n\\r\\n', 0x20000000, ('127.0.0.1', {port})) and None)\n\
+         v6 = socket.socket(socket.AF_INET6); v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n\
+         t('v6only-proxy', lambda: v6.connect(('::1', 3128)))\n\
+         s = socket.create_connection(('127.0.0.1', 3128), 2); print('proxy', 'connected')\n\
+         t('again', lambda: s.connect(('127.0.0.1', 3128)))\n\
+         real = s.getpeername()[1]\n\
+         t('tcp-broker-real-port', lambda: socket.create_connection(('127.0.0.1', real), 2) and None)\n"
+    );
+        let o = f.run_argv(
+            &["--tier", "fs-only", "-q", "--policy", &p],
+            &["python3", "-c", &script],
+        );
+        assert_eq!(
+            out(&o),
+            "tcp-host-port ECONNREFUSED\ntcp6-host-port ECONNREFUSED\n\
+         udp EPERM\nraw EPERM\nmptcp EPERM\nsctp EPERM\nunix EPERM\nnetlink EPERM\nbind EPERM\n\
+         listen EPERM\nfastopen EPERM\nv6only-proxy ENETUNREACH\nproxy connected\nagain EISCONN\n\
+         tcp-broker-real-port ECONNREFUSED\n",
+            "{}",
+            err(&o)
+        );
+        assert!(
+            l.accept().is_err(),
+            "the host's loopback listener was reached"
+        );
+        assert!(l6.accept().is_err(), "the host's ::1 listener was reached");
+        let mut b = [0u8; 8];
+        assert!(u.recv(&mut b).is_err(), "a datagram reached the host");
+    }
+);
+
+both!(the_brokers_host_listener_serves_only_the_sandbox, |f| {
+    let (srv, hits) = vetto_integration::http_server("127.0.0.2:0");
+    let port = srv.port();
+    let p = net_policy(
+        f,
+        &format!("[network]\nmode = \"allowlist\"\nallow_cidrs = [\"127.0.0.2/32:{port}\"]\n[approvals]\nmode = \"deny\"\n"),
+    );
+    // The sandbox learns the broker's real host port (its peer) and leaves it in a file (in
+    // a directory of its own: FS-ONLY's project root, above .git, takes no new file).
+    std::fs::create_dir_all(f.proj.join("scratch")).expect("mkdir");
+    f.own(&f.proj.join("scratch"));
+    let script = format!(
+        "import socket, time\n\
+         s = socket.create_connection(('127.0.0.1', 3128), 2)\n\
+         open('scratch/broker-port.tmp', 'w').write(str(s.getpeername()[1]))\n\
+         import os; os.rename('scratch/broker-port.tmp', 'scratch/broker-port')\n\
+         s.sendall(b'CONNECT 127.0.0.2:{port} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n\
+         print(s.recv(12).decode())\n\
+         time.sleep(4)\n"
+    );
+    let env = f.base_env();
+    let child = f
+        .run_command(
+            &["--tier", "fs-only", "-q", "--policy", &p],
+            &["python3", "-c", &script],
+            &env,
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let file = f.proj.join("scratch/broker-port");
+    let mut broker = None;
+    for _ in 0..100 {
+        if let Ok(s) = std::fs::read_to_string(&file) {
+            broker = s.trim().parse::<u16>().ok();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let broker = broker.expect("the sandbox never reached the broker");
+    let before = hits.load(std::sync::atomic::Ordering::SeqCst);
+    // A host process (any local user) connecting to that listener gets nothing.
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", broker)).expect("connect");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    use std::io::Write;
+    c.write_all(format!("CONNECT 127.0.0.2:{port} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .expect("write");
+    let mut buf = vec![];
+    let got = c.read_to_end(&mut buf);
+    assert!(
+        buf.is_empty(),
+        "an unannounced host connection was answered: {got:?} {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(out(&o), "HTTP/1.1 200\n", "{}", err(&o));
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        before,
+        "the host connection was relayed"
+    );
+    let o = f.vetto(&["audit", "query", "--json", "--kind", "connection"]);
+    assert_eq!(
+        out(&o).lines().count(),
+        1,
+        "only the sandbox's connection is recorded: {}",
+        out(&o)
+    );
+});
+
+both!(what_fs_only_cannot_carry_is_refused_at_the_start, |f| {
+    for (body, flags) in [
+        (
+            "[network]\nmode = \"allowlist\"\npublish = [18080]\n",
+            &[][..],
+        ),
+        (
+            "[network]\nmode = \"allowlist\"\nallow = [\"github.com:22\"]\n",
+            &["--git-ssh"][..],
+        ),
+    ] {
+        let p = net_policy(f, body);
+        let mut fl = vec!["--tier", "fs-only", "--policy", &p];
+        fl.extend_from_slice(flags);
+        let o = f.run_sh(&fl, "echo ran");
+        assert_eq!(out(&o), "", "{}", err(&o));
+        assert!(!o.status.success());
+        assert!(
+            err(&o).contains("FS-ONLY tier cannot publish a port or carry --git-ssh"),
+            "{}",
+            err(&o)
+        );
+    }
+    assert!(
+        f.leftover_sessions().is_empty(),
+        "{:?}",
+        f.leftover_sessions()
+    );
+});
+
+both!(
+    a_nested_sandbox_with_the_broker_is_refused_inside_one,
+    |f| {
+        let p = net_policy(
+            f,
+            "[network]\nmode = \"allowlist\"\nallow = [\"api.test.vetto\"]\n",
+        );
+        let inner = vetto_inside(f);
+        // Within the parent's ceiling (the same name), so what stops it is the nesting.
+        let o = f.run_sh(
+            &["--tier", "fs-only", "-q", "--policy", &p],
+            &format!("{inner} run -q --net allow:api.test.vetto -- echo INNER-RAN; echo rc=$?"),
+        );
+        let s = out(&o);
+        assert!(!s.contains("INNER-RAN"), "{s}");
+        assert!(s.ends_with("rc=2\n"), "{s} {}", err(&o));
+        assert!(
+            err(&o).contains("a nested sandbox runs with the network off"),
+            "{}",
+            err(&o)
+        );
+    }
+);

@@ -97,7 +97,7 @@ pub fn attach(
         plan,
         &net.listeners,
         fds,
-        vec![],
+        sidecar::HostSide::default(),
         sidecar::Lifetime::Watch { pid: init_pid, log },
         audit,
         approvals.map(|a| (a, None)),
