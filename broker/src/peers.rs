@@ -79,9 +79,18 @@ impl Peers {
         ok
     }
 
-    /// Whether `client` (a loopback address) was announced, waiting up to `wait` for it.
+    /// Whether `client` was announced, waiting up to `wait` for it. The supervisor binds
+    /// every socket it connects to 127.0.0.1 exactly (a v6 socket to `::ffff:127.0.0.1`, which
+    /// the IPv4 listener sees as 127.0.0.1): a port from any other loopback address (another
+    /// local user can bind `127.0.0.2:P` beside the sandbox's `127.0.0.1:P`) is never one.
     pub async fn admit(&self, client: SocketAddr, wait: Duration) -> bool {
-        if !client.ip().is_loopback() {
+        let ip = match client.ip() {
+            std::net::IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        if ip != std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
             return false;
         }
         let deadline = tokio::time::Instant::now() + wait;
@@ -115,6 +124,11 @@ mod tests {
         p.announce(40000);
         let public: SocketAddr = "192.0.2.1:40000".parse().expect("test value");
         assert!(!p.admit(public, w).await, "never a non-loopback peer");
+        // Another loopback address with the announced port: another local user's socket.
+        let other: SocketAddr = "127.0.0.2:40000".parse().expect("test value");
+        assert!(!p.admit(other, w).await, "only 127.0.0.1 itself");
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:40000".parse().expect("test value");
+        assert!(p.admit(mapped, w).await, "the v4-mapped form of 127.0.0.1");
     }
 
     #[tokio::test]

@@ -49,6 +49,8 @@ use crate::relay::{relay, RelayEnd, RelayStats};
 use crate::target::{DnsName, Target, TargetError};
 use crate::{error_chain, http_proxy, socks5};
 
+/// Connections waiting for the supervisor's announcement at once ([`crate::peers`]).
+const MAX_ADMITTING: usize = 256;
 /// Default for [`BrokerSpec::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
 /// Default for [`BrokerSpec::idle_timeout_secs`].
@@ -305,6 +307,7 @@ pub(crate) struct Shared {
     sandbox_netns: Option<RawFd>,
     gate: Option<Arc<Gate>>,
     peers: Option<Arc<crate::peers::Peers>>,
+    admitting: Arc<Semaphore>,
 }
 
 fn parse_resolver(s: &str) -> Result<SocketAddr, BrokerError> {
@@ -370,6 +373,7 @@ impl Shared {
             sandbox_netns: spec.sandbox_netns_fd,
             gate,
             peers: None,
+            admitting: Arc::new(Semaphore::new(MAX_ADMITTING)),
         })
     }
 }
@@ -541,12 +545,20 @@ async fn accept_loop(
             }
         };
         if shared.peers.is_some() {
-            conns.spawn(admit_then_dispatch(
-                Arc::clone(&shared),
-                kind,
-                stream,
-                client,
-            ));
+            // At most MAX_ADMITTING connections wait for their announcement at once; more are
+            // closed at once (the sandbox's own have theirs before they connect).
+            match Arc::clone(&shared.admitting).try_acquire_owned() {
+                Ok(permit) => {
+                    conns.spawn(admit_then_dispatch(
+                        Arc::clone(&shared),
+                        kind,
+                        stream,
+                        client,
+                        permit,
+                    ));
+                }
+                Err(_) => drop(stream),
+            }
             continue;
         }
         match Arc::clone(&shared.conns).try_acquire_owned() {
@@ -578,6 +590,7 @@ async fn admit_then_dispatch(
     kind: ListenerKind,
     stream: TcpStream,
     client: SocketAddr,
+    admitting: OwnedSemaphorePermit,
 ) {
     if let Some(peers) = &shared.peers {
         if !peers.admit(client, crate::peers::WAIT).await {
@@ -585,6 +598,7 @@ async fn admit_then_dispatch(
             return;
         }
     }
+    drop(admitting);
     match Arc::clone(&shared.conns).try_acquire_owned() {
         Ok(permit) => handle(Arc::clone(&shared), kind, stream, client, permit).await,
         Err(_) => {

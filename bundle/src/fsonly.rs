@@ -234,6 +234,17 @@ pub fn seccomp(base: &crate::plan::SeccompPlan, broker: bool) -> crate::plan::Se
                 s.deny.push(syscall.into());
             }
         }
+        // The supervisor's listener is the only one: a filter of the sandbox's own with a
+        // listener of its own (possible once the supervisor's is gone) could let connect()
+        // continue.
+        s.deny_args.push(ArgDeny {
+            syscall: "seccomp".into(),
+            when: vec![ArgCheck::BitsSet {
+                arg: 1,
+                mask: SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            }],
+            why: "FS-ONLY with the broker: no seccomp listener but the supervisor's".into(),
+        });
         for (syscall, arg) in [("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)] {
             s.deny_args.push(ArgDeny {
                 syscall: syscall.into(),
@@ -329,6 +340,8 @@ pub const SYSV_AND_MQUEUE: &[&str] = &[
 const SOCK_STREAM: u32 = 1;
 /// `IPPROTO_TCP`.
 const IPPROTO_TCP: u32 = 6;
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
+const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 8;
 /// `MSG_FASTOPEN`.
 const MSG_FASTOPEN: u32 = 0x2000_0000;
 /// `CLONE_NEWUSER` from `<linux/sched.h>`.

@@ -44,6 +44,8 @@ pub enum NotifyError {
 }
 
 const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+/// `PIDFD_THREAD` (`O_EXCL`): a pidfd for one thread, not only a thread-group leader.
+const PIDFD_THREAD: libc::c_int = libc::O_EXCL;
 
 /// The filter: a native `connect()` goes to the listener; a call of another ABI (i386,
 /// x32) whose number could be `connect` there is refused (`EPERM`) outright; everything else
@@ -243,10 +245,14 @@ impl Notification {
         Ok(buf)
     }
 
-    /// A duplicate of the caller's descriptor (`pidfd_getfd`), close-on-exec.
+    /// A duplicate of the caller's descriptor (`pidfd_getfd`), close-on-exec. The caller is
+    /// a thread (any thread may `connect()`), so its pidfd is a thread pidfd
+    /// (`PIDFD_THREAD`, Linux 6.9; FS-ONLY needs 6.10 for Landlock ABI 6), and the descriptor
+    /// is taken from that thread's own table.
     pub fn take_fd(&self) -> Result<OwnedFd, NotifyError> {
         // SAFETY: pidfd_open with integers; a new descriptor or -1.
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid as libc::pid_t, 0) };
+        let pidfd =
+            unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid as libc::pid_t, PIDFD_THREAD) };
         if pidfd < 0 {
             return Err(NotifyError::Io {
                 what: "pidfd_open",

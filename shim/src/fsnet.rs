@@ -304,17 +304,32 @@ fn answer(
     }
     // A loopback port of our choosing, announced to the broker before the connection exists.
     let (local, llen) = loopback(domain, 0);
+    let (to, tlen) = loopback(domain, target.port());
     // SAFETY: bind reads `llen` bytes of `local`, which we own.
     if unsafe { libc::bind(fd, (&local as *const libc::sockaddr_storage).cast(), llen) } != 0 {
         let e = std::io::Error::last_os_error();
-        // A socket bound already (by an earlier, interrupted call of ours) keeps its port.
-        if e.raw_os_error() != Some(libc::EINVAL) {
-            return Some(match e.raw_os_error() {
-                // IPV6_V6ONLY: no v4-mapped loopback, as no route to it.
-                Some(libc::EAFNOSUPPORT) => libc::ENETUNREACH,
-                _ => errno_of(&e),
-            });
-        }
+        return Some(match e.raw_os_error() {
+            // Bound already: by an earlier call of ours for this socket (interrupted, or a
+            // second connect() of a non-blocking socket still connecting), which announced
+            // it then. None is made again (it would admit a second connection from that port,
+            // perhaps another process's later): the kernel answers for the state the socket
+            // is in (EALREADY, EISCONN; a new attempt is not announced, so the broker closes
+            // it).
+            Some(libc::EINVAL) => {
+                // SAFETY: connect reads `tlen` bytes of `to`, which we own.
+                let r = unsafe {
+                    libc::connect(fd, (&to as *const libc::sockaddr_storage).cast(), tlen)
+                };
+                if r == 0 {
+                    0
+                } else {
+                    errno_of(&std::io::Error::last_os_error())
+                }
+            }
+            // IPV6_V6ONLY: no v4-mapped loopback, as no route to it.
+            Some(libc::EAFNOSUPPORT) => libc::ENETUNREACH,
+            _ => errno_of(&e),
+        });
     }
     // SAFETY: sockaddr_storage is plain data.
     let mut me: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -345,7 +360,6 @@ fn answer(
         // The broker is gone: nothing to connect to.
         return Some(libc::ECONNREFUSED);
     }
-    let (to, tlen) = loopback(domain, target.port());
     // SAFETY: connect reads `tlen` bytes of `to`, which we own.
     let r = unsafe { libc::connect(fd, (&to as *const libc::sockaddr_storage).cast(), tlen) };
     Some(if r == 0 {

@@ -832,8 +832,16 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         .wall_clock_secs
         .map(|s| Instant::now() + Duration::from_secs(s));
     let mut broker_gone = false;
-    let status = supervise(pid, sfd.as_raw_fd(), deadline, broker_pid, &mut broker_gone);
-    kill_all(Some(pid), broker_pid);
+    // A sandbox that never sent its listener was killed and reaped above: nothing to wait for.
+    let status = match net_failed {
+        Some(_) => Outcome::Exited {
+            code: 125,
+            forwarded: false,
+        },
+        None => supervise(pid, sfd.as_raw_fd(), deadline, broker_pid, &mut broker_gone),
+    };
+    // A broker reaped by `supervise` is no longer ours to spare: its pid may be reused.
+    kill_all(Some(pid), broker_pid.filter(|_| !broker_gone));
     if tty {
         // SAFETY: integer-only calls: take the terminal back for our own group (SIGTTOU
         // ignored for the call, as a background group must).

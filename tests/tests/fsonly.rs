@@ -697,6 +697,13 @@ both!(
          t('v6only-proxy', lambda: v6.connect(('::1', 3128)))\n\
          s = socket.create_connection(('127.0.0.1', 3128), 2); print('proxy', 'connected')\n\
          t('again', lambda: s.connect(('127.0.0.1', 3128)))\n\
+         import threading, ctypes\n\
+         box = []\n\
+         th = threading.Thread(target=lambda: box.append(socket.create_connection(('127.0.0.1', 3128), 2).getpeername()[0]))\n\
+         th.start(); th.join(); print('thread', 'connected' if box == ['127.0.0.1'] else box)\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         nr = {{'x86_64': 317, 'aarch64': 277}}[__import__('platform').machine()]\n\
+         r = libc.syscall(nr, 1, 8, None); print('seccomp-listener', errno.errorcode.get(ctypes.get_errno()) if r != 0 else r)\n\
          real = s.getpeername()[1]\n\
          t('tcp-broker-real-port', lambda: socket.create_connection(('127.0.0.1', real), 2) and None)\n"
     );
@@ -709,7 +716,7 @@ both!(
             "tcp-host-port ECONNREFUSED\ntcp6-host-port ECONNREFUSED\n\
          udp EPERM\nraw EPERM\nmptcp EPERM\nsctp EPERM\nunix EPERM\nnetlink EPERM\nbind EPERM\n\
          listen EPERM\nfastopen EPERM\nv6only-proxy ENETUNREACH\nproxy connected\nagain EISCONN\n\
-         tcp-broker-real-port ECONNREFUSED\n",
+         thread connected\nseccomp-listener EPERM\ntcp-broker-real-port ECONNREFUSED\n",
             "{}",
             err(&o)
         );
