@@ -427,15 +427,17 @@ fn children() -> Vec<libc::pid_t> {
     out
 }
 
-/// Kill and reap every descendant (and the command's process group, if given) but `spare`
-/// (the broker, stopped on its own so it records the connections still open): orphans are
-/// reparented to this subreaper, so repeat until there is no other child left.
+/// Kill and reap every descendant (and the command's process group, if given: its leader
+/// must be unreaped, so the number is still the group's) but `spare` (the broker, stopped on
+/// its own so it records the connections still open): orphans are reparented to this
+/// subreaper, so repeat until there is no other child left.
 fn kill_all(pgid: Option<libc::pid_t>, spare: Option<libc::pid_t>) {
+    if let Some(g) = pgid {
+        // SAFETY: signalling the command's process group, once, before anything is reaped
+        // (the kernel signals every member at once; a killed member forks no more).
+        unsafe { libc::kill(-g, libc::SIGKILL) };
+    }
     loop {
-        if let Some(g) = pgid {
-            // SAFETY: signalling the command's process group.
-            unsafe { libc::kill(-g, libc::SIGKILL) };
-        }
         let kids: Vec<libc::pid_t> = children()
             .into_iter()
             .filter(|p| Some(*p) != spare)
@@ -509,27 +511,39 @@ fn supervise(
                 }
             }
         }
-        // Reap what ended (orphans included); note the command's own status.
+        // Reap what ended (orphans included); the command itself is left a zombie, so the
+        // group kill that follows (its pid is its group's id) cannot reach a process that
+        // took the number since: kill_all reaps it.
         loop {
-            let mut st = 0;
-            // SAFETY: non-blocking reap of any child of ours.
-            let r = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
-            if r <= 0 {
+            // SAFETY: siginfo_t is plain data; all zeros is valid.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: waitid fills `info`; WNOWAIT leaves the child reapable.
+            let r = unsafe {
+                libc::waitid(
+                    libc::P_ALL,
+                    0,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                )
+            };
+            // SAFETY: waitid filled `info` (si_pid 0: nothing has ended).
+            let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+            if r != 0 || pid == 0 {
                 break;
             }
-            if Some(r) == broker {
-                *broker_gone = true;
-            }
-            if r == child {
-                let code = if libc::WIFEXITED(st) {
-                    libc::WEXITSTATUS(st)
-                } else if libc::WIFSIGNALED(st) {
-                    128 + libc::WTERMSIG(st)
-                } else {
-                    continue;
+            if pid == child {
+                let code = match info.si_code {
+                    libc::CLD_EXITED => status,
+                    _ => 128 + status,
                 };
                 return Outcome::Exited { code, forwarded };
             }
+            if Some(pid) == broker {
+                *broker_gone = true;
+            }
+            let mut st = 0;
+            // SAFETY: reaping the child waitid named.
+            unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
         }
     }
 }
@@ -832,6 +846,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         .wall_clock_secs
         .map(|s| Instant::now() + Duration::from_secs(s));
     let mut broker_gone = false;
+    let net_ok = net_failed.is_none();
     // A sandbox that never sent its listener was killed and reaped above: nothing to wait for.
     let status = match net_failed {
         Some(_) => Outcome::Exited {
@@ -840,8 +855,9 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         },
         None => supervise(pid, sfd.as_raw_fd(), deadline, broker_pid, &mut broker_gone),
     };
-    // A broker reaped by `supervise` is no longer ours to spare: its pid may be reused.
-    kill_all(Some(pid), broker_pid.filter(|_| !broker_gone));
+    // A broker reaped by `supervise` is no longer ours to spare: its pid may be reused. The
+    // command's group only while its leader is unreaped (see `supervise`).
+    kill_all(net_ok.then_some(pid), broker_pid.filter(|_| !broker_gone));
     if tty {
         // SAFETY: integer-only calls: take the terminal back for our own group (SIGTTOU
         // ignored for the call, as a background group must).
