@@ -24,6 +24,17 @@ pub enum PolicyError {
     /// No such built-in profile.
     #[error("unknown profile `{0}` (built-in profiles: default, read-only, ci)")]
     UnknownProfile(String),
+    /// No such agent profile (built-in or the user's).
+    #[error("unknown agent profile `{0}` (built-in: claude, codex, aider, gemini, opencode; yours: $XDG_CONFIG_HOME/vetto/profiles/NAME.toml)")]
+    UnknownAgent(String),
+    /// An unknown toolchain cache or network preset.
+    #[error("{key}: unknown preset `{name}` (cargo, npm, pip, go, maven, gradle)")]
+    UnknownPreset {
+        /// The key.
+        key: String,
+        /// The name.
+        name: String,
+    },
     /// Two layers name different base profiles.
     #[error("{origin} names profile `{named}` but the base profile is already `{base}`")]
     ProfileConflict {

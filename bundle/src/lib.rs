@@ -27,6 +27,7 @@ pub mod gitmeta;
 pub mod host;
 pub mod plan;
 pub mod policy;
+pub mod presets;
 pub mod profiles;
 pub mod resolve;
 pub mod secrets;

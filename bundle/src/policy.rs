@@ -22,6 +22,10 @@ pub struct PolicyFile {
     /// first layer that names one is used as the base; a later layer naming a different profile
     /// is an error.
     pub profile: Option<String>,
+    /// Only in a user agent profile (`$XDG_CONFIG_HOME/vetto/profiles/NAME.toml`, chosen with
+    /// `vetto run --agent NAME`): the built-in agent profile it builds on (`claude`, `codex`,
+    /// `aider`, `gemini`, `opencode`).
+    pub extends: Option<String>,
     /// Filesystem access: the project, extra roots, protected paths.
     pub filesystem: Option<FilesystemSection>,
     /// Secret paths masked inside the sandbox.
@@ -131,8 +135,17 @@ pub struct FilesystemSection {
     pub read: Option<Vec<String>>,
     /// Extra read-write roots.
     pub write: Option<Vec<String>>,
-    /// Project-relative paths that stay read-only even when the project is writable.
+    /// Paths that stay read-only even where the sandbox could write: project-relative, or
+    /// `~/...` inside a writable root or state path (an agent's own settings).
     pub protected: Option<Vec<String>>,
+    /// A tool's own state under HOME, read-write: a directory (written with a trailing `/`,
+    /// `~/.claude/`) is created by `vetto run` when missing; a file (`~/.claude.json`) is
+    /// bound when present (else the sandbox's private HOME holds it for the session).
+    pub state: Option<Vec<String>>,
+    /// Toolchain package caches made writable by name (`cargo`, `npm`, `pip`, `go`, `maven`,
+    /// `gradle`): exactly their cache directories (`~/.cargo/registry/`, not
+    /// `~/.cargo/credentials.toml` nor `~/.cargo/bin`), as state paths.
+    pub caches: Option<Vec<String>>,
     /// What to do with a protected path that was absent at start and that the sandbox created:
     /// `warn` (default) or `remove`.
     pub handoff: Option<HandoffAction>,

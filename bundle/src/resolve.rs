@@ -88,6 +88,8 @@ pub struct Limits {
 pub struct Policy {
     /// The base profile's name.
     pub profile: String,
+    /// The agent profile layered over it, if any (`claude`, or the user's own).
+    pub agent: Option<String>,
     /// Access to the project tree.
     pub project: Sourced<ProjectAccess>,
     /// Fully writable directories under write-no-delete.
@@ -96,8 +98,13 @@ pub struct Policy {
     pub read: Vec<Sourced<String>>,
     /// Extra read-write roots.
     pub write: Vec<Sourced<String>>,
-    /// Read-only paths inside the project.
+    /// Read-only paths inside the project (or `~/...` inside a writable root or state path).
     pub protected: Vec<Sourced<String>>,
+    /// Tools' state paths under HOME, read-write (a trailing `/`: a directory, created when
+    /// missing); the toolchain caches' directories among them.
+    pub state: Vec<Sourced<String>>,
+    /// The toolchain caches asked for, by name.
+    pub caches: Vec<Sourced<String>>,
     /// What happens to protected paths the sandbox created.
     pub handoff: Sourced<HandoffAction>,
     /// Secret files.
@@ -253,11 +260,14 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
     let builtin_secrets = Source::Builtin("secret list".into());
     let mut p = Policy {
         profile: profile.to_string(),
+        agent: None,
         project: Sourced::new(ProjectAccess::Read, &builtin),
         scratch: vec![],
         read: vec![],
         write: vec![],
         protected: vec![],
+        state: vec![],
+        caches: vec![],
         handoff: Sourced::new(HandoffAction::Warn, &builtin),
         secret_files: vec![],
         secret_dirs: vec![],
@@ -326,6 +336,23 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
                 fs.protected.as_deref().unwrap_or(&[]),
                 src,
             );
+            let state = fs.state.as_deref().unwrap_or(&[]);
+            for st in state {
+                if !st.starts_with("~/") || st.split('/').any(|c| c == "..") || st == "~/" {
+                    return Err(PolicyError::BadValue {
+                        key: "filesystem.state".into(),
+                        value: st.clone(),
+                        reason: "a path beneath HOME (`~/...`), without `..`".into(),
+                    });
+                }
+            }
+            push_unique(&mut p.state, state, src);
+            for c in fs.caches.as_deref().unwrap_or(&[]) {
+                let preset = crate::presets::get("filesystem.caches", c)?;
+                push_unique(&mut p.caches, std::slice::from_ref(c), src);
+                let dirs: Vec<String> = preset.dirs.iter().map(|d| d.to_string()).collect();
+                push_unique(&mut p.state, &dirs, src);
+            }
         }
         if let Some(s) = &f.secrets {
             apply_secrets(&mut p, s, src);
@@ -334,7 +361,11 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
             if let Some(m) = n.mode {
                 p.network = Sourced::new(m, src);
             }
-            push_unique(&mut p.allow, n.allow.as_deref().unwrap_or(&[]), src);
+            let mut allow = vec![];
+            for a in n.allow.as_deref().unwrap_or(&[]) {
+                allow.extend(crate::presets::expand_allow(a)?);
+            }
+            push_unique(&mut p.allow, &allow, src);
             let hps = n
                 .host_ports
                 .as_deref()
@@ -486,6 +517,17 @@ pub struct Inputs {
     pub policy_file: Option<PathBuf>,
     /// Flags, as a layer (source names each flag).
     pub flags: Vec<Layer>,
+    /// The agent profile, if one is chosen.
+    pub agent: Option<AgentInput>,
+}
+
+/// The agent profile chosen (`--agent NAME`, or the command's name).
+#[derive(Debug, Clone, Default)]
+pub struct AgentInput {
+    /// Its name.
+    pub name: String,
+    /// The user's own profile of that name, if there is one (it may `extends` a built-in).
+    pub user_file: Option<PathBuf>,
 }
 
 /// What the trust rule needs to know about the host.
@@ -567,15 +609,49 @@ fn merge_all(
 /// other layer (the flags that come after it included) in place.
 pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, PolicyError> {
     let mut file_layers = vec![];
+    // The agent profile first: the built-in one (or the one the user's extends), then the
+    // user's own.
+    if let Some(a) = &inputs.agent {
+        let user = a
+            .user_file
+            .as_ref()
+            .map(|f| load_layer(f, true))
+            .transpose()?;
+        let builtin = match &user {
+            Some((l, _)) => l.file.extends.clone(),
+            None => Some(a.name.clone()),
+        };
+        if let Some(b) = builtin {
+            file_layers.push((
+                Layer {
+                    file: profiles::load_agent(&b)?,
+                    source: Source::Builtin(format!("agent profile \"{b}\"")),
+                },
+                vec![],
+            ));
+        }
+        file_layers.extend(user);
+    }
+    let agent_layers = file_layers.len();
     if let Some(u) = &inputs.user_file {
         file_layers.push(load_layer(u, true)?);
     }
     if let Some(pf) = &inputs.policy_file {
         file_layers.push(load_layer(pf, false)?);
     }
+    for (l, _) in &file_layers[agent_layers..] {
+        if l.file.extends.is_some() {
+            return Err(PolicyError::BadValue {
+                key: "extends".into(),
+                value: l.source.to_string(),
+                reason: "only an agent profile ($XDG_CONFIG_HOME/vetto/profiles/NAME.toml, chosen with --agent NAME) extends another".into(),
+            });
+        }
+    }
     let flag = inputs.profile_flag.as_ref();
     let all: Vec<&Layer> = file_layers.iter().map(|(l, _)| l).collect();
-    let final_policy = merge_all(flag, &all, &inputs.flags)?;
+    let mut final_policy = merge_all(flag, &all, &inputs.flags)?;
+    final_policy.agent = inputs.agent.as_ref().map(|a| a.name.clone());
     let roots = writable_roots(&final_policy, trust)?;
     for (i, (l, bytes)) in file_layers.iter().enumerate() {
         let path = match &l.source {
@@ -594,7 +670,8 @@ pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, Poli
             .filter(|(j, _)| *j != i)
             .map(|(_, (l, _))| l)
             .collect();
-        let without = merge_all(flag, &others, &inputs.flags)?;
+        let mut without = merge_all(flag, &others, &inputs.flags)?;
+        without.agent = final_policy.agent.clone();
         let w = widenings(&without, &final_policy);
         if !w.is_empty() {
             return Err(PolicyError::UntrustedWidening { path, widenings: w });
@@ -608,7 +685,7 @@ pub fn resolve(inputs: &Inputs, trust: &TrustContext<'_>) -> Result<Policy, Poli
 /// cannot be bound); one that cannot be resolved otherwise is an error.
 fn writable_roots(policy: &Policy, trust: &TrustContext<'_>) -> Result<Vec<PathBuf>, PolicyError> {
     let mut roots = vec![trust.project.to_path_buf()];
-    for w in &policy.write {
+    for w in policy.write.iter().chain(&policy.state) {
         let p = crate::policy::expand_path(&w.value, trust.home, trust.project)?;
         match p.canonicalize() {
             Ok(c) => roots.push(c),
@@ -662,6 +739,7 @@ pub fn widenings(before: &Policy, after: &Policy) -> Vec<String> {
     }
     w.extend(added("filesystem.read", &before.read, &after.read));
     w.extend(added("filesystem.write", &before.write, &after.write));
+    w.extend(added("filesystem.state", &before.state, &after.state));
     w.extend(removed(
         "filesystem.protected",
         &before.protected,

@@ -42,6 +42,10 @@ pub enum Command {
         #[arg(long, value_name = "DB")]
         store: Option<PathBuf>,
     },
+    /// List and show profiles: the base profiles, the built-in agent profiles, and yours
+    /// (`$XDG_CONFIG_HOME/vetto/profiles/NAME.toml`).
+    #[command(subcommand)]
+    Profiles(ProfilesCommand),
     /// Probe this machine and report which sandbox tier it supports.
     Doctor {
         /// Machine-readable output.
@@ -262,6 +266,18 @@ pub enum PolicyCommand {
     },
 }
 
+/// `vetto profiles` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ProfilesCommand {
+    /// Every profile, a line each: its kind, name and what it is for.
+    List,
+    /// A profile's TOML (for your own agent profile: the built-in one it extends, then it).
+    Show {
+        /// The profile's name.
+        name: String,
+    },
+}
+
 /// Everything that selects and layers a policy.
 #[derive(Debug, Clone, Default, Args)]
 pub struct PolicyArgs {
@@ -296,6 +312,15 @@ pub struct PolicyArgs {
     /// Ignore the user policy file.
     #[arg(long)]
     pub no_user_policy: bool,
+    /// Agent profile layered over the base profile: claude, codex, aider, gemini, opencode,
+    /// or your own (`$XDG_CONFIG_HOME/vetto/profiles/NAME.toml`); `none` for none. Default:
+    /// the command's name when it is one of the built-in agents (`vetto run claude`).
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    /// Make a toolchain's package cache writable: cargo, npm, pip, go, maven, gradle
+    /// (repeatable; its registries: `--net allow:@cargo`).
+    #[arg(long, value_name = "NAME")]
+    pub cache: Vec<String>,
 }
 
 /// `vetto run`.
@@ -320,7 +345,12 @@ pub struct RunArgs {
     /// Do not print the tier line (`vetto: tier FULL, landlock ABI 7`) on stderr.
     #[arg(short, long)]
     pub quiet: bool,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments (`vetto run claude`, or after `--`).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<String>,
 }

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::{CommandFactory, Parser};
 use tracing_subscriber::EnvFilter;
 
-use vetto::cli::{Cli, Command, PolicyCommand};
+use vetto::cli::{Cli, Command, PolicyCommand, ProfilesCommand};
 use vetto::{approvals_cmd, audit, broker_cmd, connect, doctor, policy_cmd, run, watch};
 
 fn init_tracing(verbose: u8) {
@@ -44,6 +44,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Trust { file } => policy_cmd::trust(&file)?,
+        Command::Profiles(ProfilesCommand::List) => policy_cmd::profiles_list()?,
+        Command::Profiles(ProfilesCommand::Show { name }) => policy_cmd::profiles_show(&name)?,
         Command::Audit(c) => return audit::command(&c).map(ExitCode::from),
         Command::Approvals(a) => return approvals_cmd::command(&a).map(ExitCode::from),
         Command::Watch { store } => return watch::run(store.as_deref()).map(ExitCode::from),

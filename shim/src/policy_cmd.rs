@@ -130,6 +130,19 @@ pub fn flag_layers(a: &PolicyArgs) -> Result<Vec<Layer>> {
             },
         ));
     }
+    if !a.cache.is_empty() {
+        let fs = FilesystemSection {
+            caches: Some(a.cache.clone()),
+            ..Default::default()
+        };
+        layers.push(flag_layer(
+            "--cache",
+            PolicyFile {
+                filesystem: Some(fs),
+                ..Default::default()
+            },
+        ));
+    }
     if let Some(w) = &a.wall_clock {
         let l = LimitsSection {
             wall_clock: Some(w.clone()),
@@ -160,6 +173,121 @@ fn toml_escape(s: &str) -> String {
     out
 }
 
+/// Where the user's own agent profiles live.
+pub fn user_profiles_dir(config: &Path) -> PathBuf {
+    config.join("profiles")
+}
+
+/// The agent profile `--agent NAME` names: the user's own file of that name if there is one,
+/// else the built-in one; `none` (or no flag): none.
+fn agent_input(name: Option<&str>, config: &Path) -> Result<Option<resolve::AgentInput>> {
+    let Some(name) = name.filter(|n| *n != "none") else {
+        return Ok(None);
+    };
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        bail!("--agent {name:?}: a profile name (letters, digits, - and _)");
+    }
+    let file = user_profiles_dir(config).join(format!("{name}.toml"));
+    let user_file = file.exists().then_some(file);
+    if user_file.is_none() && vetto_bundle::profiles::agent_text(name).is_none() {
+        return Err(vetto_bundle::PolicyError::UnknownAgent(name.to_string()).into());
+    }
+    Ok(Some(resolve::AgentInput {
+        name: name.to_string(),
+        user_file,
+    }))
+}
+
+/// The directories of the policy's state paths (`~/.claude/`, the toolchain caches) that do
+/// not exist yet, created (0700) so the sandbox's writes persist. Only under HOME (the policy
+/// checks that), only for `vetto run`.
+pub fn create_state_dirs(policy: &Policy, home: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    for st in policy.state.iter().filter(|s| s.value.ends_with('/')) {
+        let p = vetto_bundle::policy::expand_path(st.value.trim_end_matches('/'), home, home)?;
+        if p.symlink_metadata().is_err() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&p)
+                .with_context(|| format!("filesystem.state: creating {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// `vetto profiles list`.
+pub fn profiles_list() -> Result<()> {
+    for (name, text) in vetto_bundle::profiles::PROFILES {
+        println!("base     {name:<12} {}", first_comment(text));
+    }
+    for (name, text) in vetto_bundle::profiles::AGENTS {
+        println!("agent    {name:<12} {}", first_comment(text));
+    }
+    let dir = user_profiles_dir(&config_dir()?);
+    let mut own: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            let name = p.file_stem()?.to_str()?.to_string();
+            (p.extension()? == "toml").then_some(())?;
+            let what = match PolicyFile::load(&p) {
+                Ok(f) => match f.extends {
+                    Some(b) => format!("extends {b} ({})", p.display()),
+                    None => p.display().to_string(),
+                },
+                Err(e) => format!("INVALID: {e}"),
+            };
+            Some((name, what))
+        })
+        .collect();
+    own.sort();
+    for (name, what) in own {
+        println!("yours    {name:<12} {what}");
+    }
+    Ok(())
+}
+
+fn first_comment(text: &str) -> &str {
+    text.lines()
+        .next()
+        .and_then(|l| l.strip_prefix("# "))
+        .unwrap_or("")
+        .trim_end_matches('.')
+}
+
+/// `vetto profiles show NAME`.
+pub fn profiles_show(name: &str) -> Result<()> {
+    if let Some(t) = vetto_bundle::profiles::text(name) {
+        print!("{t}");
+        return Ok(());
+    }
+    let file = user_profiles_dir(&config_dir()?).join(format!("{name}.toml"));
+    if file.exists() {
+        let own = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        if let Some(base) = PolicyFile::parse(&own, &file.display().to_string())?.extends {
+            match vetto_bundle::profiles::agent_text(&base) {
+                Some(t) => println!("# --- built-in agent profile \"{base}\" ---\n{t}"),
+                None => bail!("{}: extends unknown agent profile `{base}`", file.display()),
+            }
+        }
+        print!("# --- {} ---\n{own}", file.display());
+        return Ok(());
+    }
+    match vetto_bundle::profiles::agent_text(name) {
+        Some(t) => print!("{t}"),
+        None => return Err(vetto_bundle::PolicyError::UnknownProfile(name.to_string()).into()),
+    }
+    Ok(())
+}
+
 /// Resolve the policy for this host from the arguments.
 pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
     let config = config_dir()?;
@@ -173,6 +301,7 @@ pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
         user_file,
         policy_file: a.policy.clone(),
         flags: flag_layers(a)?,
+        agent: agent_input(a.agent.as_deref(), &config)?,
     };
     let store = trust_store_in(&config, &facts.project)?;
     Ok(resolve::resolve(
@@ -215,6 +344,9 @@ pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation
     facts.host_private.push(config_dir()?);
     let policy = resolve_policy(a, &facts)?;
     crate::netcheck::validate_network(&policy)?;
+    if id == "run" {
+        create_state_dirs(&policy, &facts.home)?;
+    }
     // vetto's audit store and its key: masked wherever a bind would show them, and no
     // `write` root may hold them.
     let audit = audit_mask(&facts.project)?;

@@ -161,7 +161,16 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         vetto_broker::audit::store::private_dir(&d)
             .map_err(|e| anyhow::anyhow!(vetto_broker::error_chain(&e)))?;
     }
-    let (facts, policy, mut t) = match policy_cmd::build(&args.policy, "run") {
+    // `vetto run claude`: the agent's own profile, unless another (or `none`) is named.
+    let mut policy_args = args.policy.clone();
+    if policy_args.agent.is_none() {
+        policy_args.agent = args
+            .command
+            .first()
+            .and_then(|c| vetto_bundle::profiles::recognise(c))
+            .map(str::to_string);
+    }
+    let (facts, policy, mut t) = match policy_cmd::build(&policy_args, "run") {
         Ok(b) => b,
         Err(e) => {
             if let Some(dir) = &audit_dir {
@@ -211,8 +220,13 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         Tier::FsOnly => "FS-ONLY",
     };
     if !args.quiet {
+        let agent = policy
+            .agent
+            .as_ref()
+            .map(|a| format!(", agent profile {a}"))
+            .unwrap_or_default();
         eprintln!(
-            "vetto: tier {tier_name}, landlock ABI {}",
+            "vetto: tier {tier_name}, landlock ABI {}{agent}",
             facts.landlock_abi.unwrap_or(0)
         );
     }

@@ -203,7 +203,12 @@ pub(super) fn environment(
                 env.insert(k.clone(), v.clone());
                 let source = policy.pass_through.iter().find(|p| &p.value == k);
                 if let Some(p) = source {
-                    b.note("env", k, "passed through (explicit)", &p.source);
+                    b.note(
+                        "env",
+                        k,
+                        "passed through (explicit): exposed to the sandboxed command",
+                        &p.source,
+                    );
                 }
             }
             EnvVerdict::Default => {
@@ -216,6 +221,16 @@ pub(super) fn environment(
                 );
             }
             EnvVerdict::Secret | EnvVerdict::Unlisted => {}
+        }
+    }
+    for p in &policy.pass_through {
+        if !facts.env.contains_key(&p.value) {
+            b.note(
+                "env",
+                &p.value,
+                "named (explicit), not set now: exposed to the sandboxed command when set",
+                &p.source,
+            );
         }
     }
     let fixed = Source::Builtin("environment".into());

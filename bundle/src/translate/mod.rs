@@ -145,7 +145,13 @@ pub fn translate(
     network::check_publish(policy)?;
     let mut b = Builder::default();
     let layout = mounts::layout(&mut b, policy, facts)?;
-    let handoff_watch = protect::protect_all(&mut b, policy, facts, &layout.writable_roots)?;
+    let handoff_watch = protect::protect_all(
+        &mut b,
+        policy,
+        facts,
+        &layout.writable_roots,
+        &layout.state_inside,
+    )?;
     masks::mask(&mut b, secrets, &policy.secret_patterns(), &facts.home)?;
     protect::pin_sealed(&mut b, facts, &layout.writable_roots);
     let mounts = mounts::order(&mut b);

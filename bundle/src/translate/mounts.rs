@@ -48,9 +48,12 @@ pub const PROC_MASKED: &[&str] = &[
 pub(super) struct Layout {
     /// Symlinks to create in the rootfs (merged-/usr hosts: `/bin -> usr/bin`).
     pub links: Vec<(PathBuf, String)>,
-    /// Host paths the sandbox can write and that outlive it: the project (unless read-only)
-    /// and the write roots.
+    /// Host paths the sandbox can write and that outlive it: the project (unless read-only),
+    /// the write roots and the state paths.
     pub writable_roots: Vec<PathBuf>,
+    /// The state paths bound, where the sandbox sees them (`~/.claude`, also when that is a
+    /// symlink on the host): what `~/...` protections are placed within.
+    pub state_inside: Vec<PathBuf>,
 }
 
 /// Every mount of the sandbox, with its Landlock rule and note.
@@ -204,6 +207,45 @@ pub(super) fn layout(
             );
         }
     }
+    // Tools' state under HOME (agent profiles, toolchain caches): read-write, bound from what
+    // it resolves to at the path the tool uses. A directory `vetto run` creates when missing
+    // (so `policy explain` may see it absent); a file only when present.
+    let mut state_inside = vec![];
+    for st in &policy.state {
+        let dir = st.value.ends_with('/');
+        let raw = st.value.trim_end_matches('/');
+        let inside = crate::policy::expand_path(raw, &facts.home, &facts.project)?;
+        if inside.symlink_metadata().is_err() {
+            b.note(
+                "mount",
+                inside.display(),
+                if dir {
+                    "state: absent (`vetto run` creates it)"
+                } else {
+                    "state: absent (the sandbox's private HOME holds it for this session)"
+                },
+                &st.source,
+            );
+            continue;
+        }
+        let p = resolve_existing("filesystem.state", raw, facts)?;
+        check_root("filesystem.state", &st.value, &p, true, facts)?;
+        b.bind_from(&p, &inside, true);
+        writable_roots.push(p.clone());
+        let access = if nodelete_inside(&p) {
+            FsAccess::ReadWriteNoDelete
+        } else {
+            FsAccess::ReadWrite
+        };
+        b.rule(&inside, access, false);
+        b.note(
+            "mount",
+            inside.display(),
+            "state, read-write bind",
+            &st.source,
+        );
+        state_inside.push(inside);
+    }
     // The project.
     let proj_access = write_access(project_access).unwrap_or(FsAccess::ReadExec);
     let proj_detail = match project_access {
@@ -249,6 +291,7 @@ pub(super) fn layout(
     Ok(Layout {
         links,
         writable_roots,
+        state_inside,
     })
 }
 

@@ -103,6 +103,7 @@ pub(super) fn protect_all(
     policy: &Policy,
     facts: &HostFacts,
     writable_roots: &[PathBuf],
+    state_inside: &[PathBuf],
 ) -> Result<Vec<PathBuf>, TranslateError> {
     let project_access = policy.project.value;
     // Protected paths: read-only binds over what the sandbox could otherwise write, made by
@@ -156,8 +157,48 @@ pub(super) fn protect_all(
             handoff_watch.push(g.clone());
         }
     }
+    // `~/...` protections: within the state paths (an agent's own settings in its state
+    // directory), or a write root. Placed where the sandbox sees them.
+    let home_roots: Vec<PathBuf> = state_inside.iter().chain(writable_roots).cloned().collect();
+    for pr in policy
+        .protected
+        .iter()
+        .filter(|p| p.value.starts_with("~/"))
+    {
+        let p = crate::policy::expand_path(&pr.value, &facts.home, &facts.project)?;
+        if !home_roots.iter().any(|r| p.starts_with(r)) {
+            continue;
+        }
+        if p.symlink_metadata().is_ok() {
+            protect(
+                b,
+                &home_roots,
+                &p,
+                "read-only bind (it could widen the agent's own permissions)",
+                &pr.source,
+            );
+        } else {
+            b.note(
+                "protected",
+                p.display(),
+                format!(
+                    "absent: if the sandbox creates it, vetto reports it at the end ({})",
+                    match policy.handoff.value {
+                        HandoffAction::Warn => "and leaves it",
+                        HandoffAction::Remove => "and removes it",
+                    }
+                ),
+                &pr.source,
+            );
+            handoff_watch.push(p);
+        }
+    }
     if project_access != ProjectAccess::Read {
-        for pr in &policy.protected {
+        for pr in policy
+            .protected
+            .iter()
+            .filter(|p| !p.value.starts_with("~/"))
+        {
             match resolve_in_project("filesystem.protected", &pr.value, facts)? {
                 Some(p) => protect(
                     b,

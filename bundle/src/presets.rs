@@ -1,0 +1,110 @@
+//! Toolchain presets: the package-cache directories each tool writes (`[filesystem] caches`,
+//! `--cache NAME`) and the registry hosts it fetches from (`network.allow = ["@NAME"]`).
+//! Exactly the caches: `~/.cargo/registry` and `~/.cargo/git`, never `~/.cargo/credentials*`
+//! (masked) nor `~/.cargo/bin` (what the next shell runs).
+
+use crate::error::PolicyError;
+
+/// One tool's preset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preset {
+    /// The name (`cargo`).
+    pub name: &'static str,
+    /// Its cache directories, as state paths (trailing `/`: created when missing).
+    pub dirs: &'static [&'static str],
+    /// The registry hosts it fetches from (port 443).
+    pub hosts: &'static [&'static str],
+}
+
+/// Every preset.
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "cargo",
+        dirs: &["~/.cargo/registry/", "~/.cargo/git/"],
+        hosts: &["crates.io", "index.crates.io", "static.crates.io"],
+    },
+    Preset {
+        name: "npm",
+        dirs: &["~/.npm/"],
+        hosts: &["registry.npmjs.org"],
+    },
+    Preset {
+        name: "pip",
+        dirs: &["~/.cache/pip/"],
+        hosts: &["pypi.org", "files.pythonhosted.org"],
+    },
+    Preset {
+        name: "go",
+        dirs: &["~/go/pkg/mod/", "~/.cache/go-build/"],
+        hosts: &["proxy.golang.org", "sum.golang.org"],
+    },
+    Preset {
+        name: "maven",
+        dirs: &["~/.m2/repository/"],
+        hosts: &["repo.maven.apache.org", "repo1.maven.org"],
+    },
+    Preset {
+        name: "gradle",
+        dirs: &["~/.gradle/caches/", "~/.gradle/wrapper/"],
+        hosts: &[
+            "services.gradle.org",
+            "downloads.gradle.org",
+            "plugins.gradle.org",
+            "plugins-artifacts.gradle.org",
+            "repo.maven.apache.org",
+        ],
+    },
+];
+
+/// The preset `name`, or an error naming `key`.
+pub fn get(key: &str, name: &str) -> Result<&'static Preset, PolicyError> {
+    PRESETS
+        .iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| PolicyError::UnknownPreset {
+            key: key.into(),
+            name: name.into(),
+        })
+}
+
+/// A `network.allow` entry with presets expanded: `@cargo` is cargo's registry hosts; any
+/// other entry is itself.
+pub fn expand_allow(entry: &str) -> Result<Vec<String>, PolicyError> {
+    match entry.strip_prefix('@') {
+        Some(name) => Ok(get("network.allow", name)?
+            .hosts
+            .iter()
+            .map(|h| h.to_string())
+            .collect()),
+        None => Ok(vec![entry.to_string()]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_name_only_caches_and_registries() {
+        for p in PRESETS {
+            for d in p.dirs {
+                assert!(d.starts_with("~/") && d.ends_with('/'), "{d}");
+                for bad in [
+                    "credentials",
+                    "/bin/",
+                    ".npmrc",
+                    "settings.xml",
+                    "gradle.properties",
+                ] {
+                    assert!(!d.contains(bad), "{d}");
+                }
+            }
+        }
+        assert_eq!(
+            expand_allow("@cargo").expect("cargo"),
+            ["crates.io", "index.crates.io", "static.crates.io"]
+        );
+        assert_eq!(expand_allow("example.com").expect("plain"), ["example.com"]);
+        assert!(expand_allow("@nope").is_err());
+    }
+}
