@@ -25,6 +25,7 @@ pub mod error;
 pub mod fsonly;
 pub mod gitmeta;
 pub mod host;
+pub mod import;
 pub mod plan;
 pub mod policy;
 pub mod presets;

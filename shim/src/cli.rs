@@ -259,6 +259,16 @@ pub enum PolicyCommand {
     },
     /// Print the JSON Schema of the policy file.
     Schema,
+    /// Write the vetto policy equivalent to another sandbox's settings: Anthropic's
+    /// sandbox-runtime settings JSON, Claude Code's settings.json (`sandbox`, `permissions`) or
+    /// Codex's config.toml; every field it could not map is named.
+    Import {
+        /// The settings file.
+        file: PathBuf,
+        /// Write the policy here (refused if it exists) instead of to stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Print a built-in profile's TOML.
     Show {
         /// default, read-only or ci.

@@ -37,6 +37,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             policy_cmd::explain(&policy, json)?
         }
         Command::Policy(PolicyCommand::Schema) => println!("{}", vetto_bundle::schema()),
+        Command::Policy(PolicyCommand::Import { file, out }) => {
+            policy_cmd::import(&file, out.as_deref())?
+        }
         Command::Policy(PolicyCommand::Show { profile }) => {
             match vetto_bundle::profiles::text(&profile) {
                 Some(t) => print!("{t}"),

@@ -288,6 +288,43 @@ pub fn profiles_show(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// `vetto policy import FILE [--out FILE]`.
+pub fn import(file: &Path, out: Option<&Path>) -> Result<()> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let im = vetto_bundle::import::import(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let toml = im
+        .to_toml(&file.display().to_string())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // What it writes is a policy vetto reads back: checked here, not by the user later.
+    PolicyFile::parse(&toml, "the imported policy")?;
+    for (f, why) in &im.unmapped {
+        eprintln!("vetto: not mapped: {f}: {why}");
+    }
+    match out {
+        None => print!("{toml}"),
+        Some(o) => {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(o)
+                .with_context(|| format!("writing {} (it must not exist yet)", o.display()))?;
+            f.write_all(toml.as_bytes())
+                .with_context(|| format!("writing {}", o.display()))?;
+            eprintln!(
+                "vetto: wrote {} ({}, {} field(s) not mapped); `vetto policy explain --policy {}` shows what it does",
+                o.display(),
+                im.kind,
+                im.unmapped.len(),
+                o.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Resolve the policy for this host from the arguments.
 pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
     let config = config_dir()?;

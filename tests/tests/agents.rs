@@ -330,3 +330,78 @@ both!(a_cache_preset_opens_exactly_the_cache_directories, |f| {
         err(&o)
     );
 });
+
+both!(another_sandboxs_settings_import_as_a_working_policy, |f| {
+    let srt = f.root.join("outside/srt.json");
+    std::fs::write(
+        &srt,
+        r#"{"network": {"allowedDomains": ["api.example.test"], "allowUnixSockets": ["/var/run/docker.sock"]},
+            "filesystem": {"denyRead": ["~/notes"], "allowWrite": ["."], "denyWrite": ["Makefile"]}}"#,
+    )
+    .expect("w");
+    std::fs::create_dir_all(f.home.join("notes")).expect("mkdir");
+    std::fs::write(f.home.join("notes/token"), "dummy-notes-token\n").expect("w");
+    std::fs::write(f.proj.join("Makefile"), "all:\n").expect("w");
+    f.own(&f.root.join("outside"));
+    f.own(&f.home);
+    f.own(&f.proj);
+    let out_file = f.root.join("outside/imported.toml");
+    let o = f.vetto(&[
+        "policy",
+        "import",
+        &srt.display().to_string(),
+        "--out",
+        &out_file.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        err(&o).contains("not mapped: network.allowUnixSockets"),
+        "{}",
+        err(&o)
+    );
+    let text = std::fs::read_to_string(&out_file).expect("written");
+    assert!(
+        text.contains("# not mapped: network.allowUnixSockets"),
+        "{text}"
+    );
+    // It is a policy vetto runs with: the allowlist kept, the write-protection held.
+    let e = explain(f, &["--policy", &out_file.display().to_string()]);
+    let allow: Vec<&str> = e["policy"]["allow"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["value"].as_str())
+        .collect();
+    assert_eq!(allow, ["api.example.test", "api.example.test:80"]);
+    let o = f.run_sh(
+        &[
+            "--tier",
+            "full",
+            "-q",
+            "--policy",
+            &out_file.display().to_string(),
+        ],
+        "echo x >> Makefile 2>/dev/null && echo WROTE; echo ok",
+    );
+    assert_eq!(out(&o), "ok\n", "{}", err(&o));
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("Makefile")).expect("r"),
+        "all:\n"
+    );
+    // Never over an existing file; garbage is refused with the reason.
+    let o = f.vetto(&[
+        "policy",
+        "import",
+        &srt.display().to_string(),
+        "--out",
+        &out_file.display().to_string(),
+    ]);
+    assert!(!o.status.success(), "overwrote");
+    std::fs::write(&srt, "{{ not json").expect("w");
+    let o = f.vetto(&["policy", "import", &srt.display().to_string()]);
+    assert!(
+        !o.status.success() && err(&o).contains("neither JSON"),
+        "{}",
+        err(&o)
+    );
+});
