@@ -10,7 +10,7 @@ DEBUG_BIN := target/debug/vetto
 SHIM_RELEASE := target/release/vetto-shim
 SHIM_DEBUG := target/debug/vetto-shim
 
-.PHONY: build release install deb e2e-deb install-docker-runtime test e2e e2e-systemd e2e-cri escape escape-docs fuzz conformance crictl unit integration bench lint demo man completions deps clean
+.PHONY: build release install deb e2e-deb e2e-agents install-docker-runtime test e2e e2e-systemd e2e-cri escape escape-docs fuzz conformance crictl unit integration bench lint demo man completions deps clean
 
 build:
 	$(CARGO) build --workspace
@@ -72,12 +72,19 @@ test: build
 	  cri_rc=$$?; \
 	  bash tests/escape/run.sh target/debug 2>&1 | tee -a target/test.log; \
 	  esc_rc=$$?; \
+	  bash tests/agents/e2e.sh target/debug 2>&1 | tee -a target/test.log; \
+	  agents_rc=$$?; \
 	  { $(CARGO) build --release -p vetto && bash tests/deb/e2e.sh target/release; } 2>&1 | tee -a target/test.log; \
 	  deb_rc=$$?; \
 	  bash fuzz/run.sh $${FUZZ_SECONDS:-20} 2>&1 | tee -a target/test.log; \
 	  fuzz_rc=$$?; \
 	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log; \
-	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ] && [ $$esc_rc -eq 0 ] && [ $$deb_rc -eq 0 ] && [ $$fuzz_rc -eq 0 ]
+	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ] && [ $$esc_rc -eq 0 ] && [ $$agents_rc -eq 0 ] && [ $$deb_rc -eq 0 ] && [ $$fuzz_rc -eq 0 ]
+
+# The agents (npm, PyPI) run in vetto without credentials, and cargo/npm/pip through the
+# broker with the cache presets (tests/agents/e2e.sh; root).
+e2e-agents: build
+	bash tests/agents/e2e.sh target/debug
 
 # The OCI runtime-tools validation suite against vetto-shim, crun and runc side by side (built
 # from a fetched copy of opencontainers/runtime-tools with its vendored dependencies; exit 77,

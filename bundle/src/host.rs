@@ -75,6 +75,85 @@ pub const HOME_DOTFILES: &[&str] = &[
     "go",
 ];
 
+/// Where the command vetto is asked to run is installed, when the sandbox would not see it
+/// otherwise (an agent installed with `npm -g` into `~/.npm-global`, with pipx into
+/// `~/.local/share/pipx`, a single binary in `~/.local/share/claude`): `command` found on
+/// `path` (or relative to `cwd`), then the directory it was found in and, if it is a link, the
+/// installation it leads to (a Python virtual environment, an npm package, else the file
+/// itself), all canonical. What lies under a system directory, the project or a HOME dotfile
+/// root is left out (already shown), and so is anything that is HOME, holds HOME, or holds one
+/// of the built-in secret directories: only the program's own files are added, read-only.
+pub fn command_install(
+    command: &str,
+    path: &str,
+    cwd: &Path,
+    home: &Path,
+    project: &Path,
+) -> Vec<PathBuf> {
+    let found = if command.contains('/') {
+        let p = cwd.join(command);
+        p.is_file().then_some(p)
+    } else {
+        path.split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| Path::new(d).join(command))
+            .find(|p| {
+                use std::os::unix::fs::PermissionsExt;
+                p.metadata()
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+    };
+    let Some(found) = found else {
+        return vec![];
+    };
+    let shown = |p: &Path| {
+        SYSTEM_DIRS.iter().any(|d| p.starts_with(d))
+            || p.starts_with(project)
+            || HOME_DOTFILES.iter().any(|d| p.starts_with(home.join(d)))
+    };
+    let secret_dirs: Vec<PathBuf> = crate::secrets::BUILTIN_SECRETS
+        .dirs
+        .iter()
+        .filter_map(|d| d.strip_prefix("~/").map(|r| home.join(r)))
+        .collect();
+    let acceptable = |p: &Path| {
+        !shown(p)
+            && !home.starts_with(p)
+            && !secret_dirs
+                .iter()
+                .any(|s| s.starts_with(p) || p.starts_with(s))
+            && p != Path::new("/")
+    };
+    let mut out: Vec<PathBuf> = vec![];
+    if let Some(dir) = found.parent().and_then(|d| d.canonicalize().ok()) {
+        if acceptable(&dir) {
+            out.push(dir);
+        }
+    }
+    if let Ok(target) = found.canonicalize() {
+        let root = target
+            .ancestors()
+            .skip(1)
+            .find(|a| a.join("pyvenv.cfg").is_file())
+            .map(Path::to_path_buf)
+            .or_else(|| {
+                // An npm package: the directory beneath node_modules (or its @scope).
+                target.ancestors().skip(1).find_map(|a| {
+                    let parent = a.parent()?;
+                    let in_modules = parent.file_name()? == "node_modules"
+                        || (parent.file_name()?.to_str()?.starts_with('@')
+                            && parent.parent()?.file_name()? == "node_modules");
+                    (in_modules && a.join("package.json").is_file()).then(|| a.to_path_buf())
+                })
+            })
+            .unwrap_or(target);
+        if acceptable(&root) && !out.iter().any(|o| root.starts_with(o)) {
+            out.push(root);
+        }
+    }
+    out
+}
+
 /// The canonical form of an absolute path that may not exist yet: its deepest existing
 /// ancestor resolved through symlinks, plus the rest (which, not existing, holds no symlink).
 /// `..` is refused; so is a path whose existing part cannot be resolved (fail closed: every

@@ -12,6 +12,10 @@ pub struct Preset {
     pub name: &'static str,
     /// Its cache directories, as state paths (trailing `/`: created when missing).
     pub dirs: &'static [&'static str],
+    /// Lock and index files it keeps beside them (cargo's `.package-cache`), as state paths:
+    /// `vetto run` creates them empty when missing (the directory holding them stays
+    /// read-only).
+    pub files: &'static [&'static str],
     /// The registry hosts it fetches from (port 443).
     pub hosts: &'static [&'static str],
 }
@@ -21,31 +25,41 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         name: "cargo",
         dirs: &["~/.cargo/registry/", "~/.cargo/git/"],
+        files: &[
+            "~/.cargo/.package-cache",
+            "~/.cargo/.package-cache-mutate",
+            "~/.cargo/.global-cache",
+        ],
         hosts: &["crates.io", "index.crates.io", "static.crates.io"],
     },
     Preset {
         name: "npm",
         dirs: &["~/.npm/"],
+        files: &[],
         hosts: &["registry.npmjs.org"],
     },
     Preset {
         name: "pip",
         dirs: &["~/.cache/pip/"],
+        files: &[],
         hosts: &["pypi.org", "files.pythonhosted.org"],
     },
     Preset {
         name: "go",
         dirs: &["~/go/pkg/mod/", "~/.cache/go-build/"],
+        files: &[],
         hosts: &["proxy.golang.org", "sum.golang.org"],
     },
     Preset {
         name: "maven",
         dirs: &["~/.m2/repository/"],
+        files: &[],
         hosts: &["repo.maven.apache.org", "repo1.maven.org"],
     },
     Preset {
         name: "gradle",
         dirs: &["~/.gradle/caches/", "~/.gradle/wrapper/"],
+        files: &[],
         hosts: &[
             "services.gradle.org",
             "downloads.gradle.org",
@@ -65,6 +79,11 @@ pub fn get(key: &str, name: &str) -> Result<&'static Preset, PolicyError> {
             key: key.into(),
             name: name.into(),
         })
+}
+
+/// Whether `state` (a state path) is a preset's file, which `vetto run` may create empty.
+pub fn is_preset_file(state: &str) -> bool {
+    PRESETS.iter().any(|p| p.files.contains(&state))
 }
 
 /// A `network.allow` entry with presets expanded: `@cargo` is cargo's registry hosts; any
@@ -87,6 +106,9 @@ mod tests {
     #[test]
     fn presets_name_only_caches_and_registries() {
         for p in PRESETS {
+            for f in p.files {
+                assert!(f.starts_with("~/") && !f.ends_with('/'), "{f}");
+            }
             for d in p.dirs {
                 assert!(d.starts_with("~/") && d.ends_with('/'), "{d}");
                 for bad in [

@@ -350,7 +350,12 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
             for c in fs.caches.as_deref().unwrap_or(&[]) {
                 let preset = crate::presets::get("filesystem.caches", c)?;
                 push_unique(&mut p.caches, std::slice::from_ref(c), src);
-                let dirs: Vec<String> = preset.dirs.iter().map(|d| d.to_string()).collect();
+                let dirs: Vec<String> = preset
+                    .dirs
+                    .iter()
+                    .chain(preset.files)
+                    .map(|d| d.to_string())
+                    .collect();
                 push_unique(&mut p.state, &dirs, src);
             }
         }

@@ -331,6 +331,10 @@ pub struct PolicyArgs {
     /// (repeatable; its registries: `--net allow:@cargo`).
     #[arg(long, value_name = "NAME")]
     pub cache: Vec<String>,
+    /// Set by `vetto run`: where the command is installed, when the sandbox would not see it
+    /// otherwise (read-only roots, shown by `explain` as the command's installation).
+    #[arg(skip)]
+    pub command_install: Vec<String>,
 }
 
 /// `vetto run`.

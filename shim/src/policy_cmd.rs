@@ -130,6 +130,18 @@ pub fn flag_layers(a: &PolicyArgs) -> Result<Vec<Layer>> {
             },
         ));
     }
+    if !a.command_install.is_empty() {
+        layers.push(Layer {
+            file: PolicyFile {
+                filesystem: Some(FilesystemSection {
+                    read: Some(a.command_install.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            source: Source::Builtin("the command's installation".into()),
+        });
+    }
     if !a.cache.is_empty() {
         let fs = FilesystemSection {
             caches: Some(a.cache.clone()),
@@ -207,13 +219,33 @@ fn agent_input(name: Option<&str>, config: &Path) -> Result<Option<resolve::Agen
 /// checks that), only for `vetto run`.
 pub fn create_state_dirs(policy: &Policy, home: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    for st in policy.state.iter().filter(|s| s.value.ends_with('/')) {
+    for st in &policy.state {
+        let dir = st.value.ends_with('/');
+        if !dir && !vetto_bundle::presets::is_preset_file(&st.value) {
+            continue;
+        }
         let p = vetto_bundle::policy::expand_path(st.value.trim_end_matches('/'), home, home)?;
-        if p.symlink_metadata().is_err() {
+        if p.symlink_metadata().is_ok() {
+            continue;
+        }
+        if dir {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(&p)
+                .with_context(|| format!("filesystem.state: creating {}", p.display()))?;
+        } else {
+            if let Some(parent) = p.parent() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)
+                    .with_context(|| format!("filesystem.state: creating {}", parent.display()))?;
+            }
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p)
                 .with_context(|| format!("filesystem.state: creating {}", p.display()))?;
         }
     }

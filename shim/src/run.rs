@@ -170,6 +170,24 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             .and_then(|c| vetto_bundle::profiles::recognise(c))
             .map(str::to_string);
     }
+    // The command's own installation, read-only, where the sandbox would not see it (an
+    // agent installed into HOME by npm or pipx).
+    if let (Some(cmd), Ok(cwd)) = (args.command.first(), std::env::current_dir()) {
+        let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+        let path = std::env::var("PATH").unwrap_or_default();
+        let project = policy_args
+            .project
+            .clone()
+            .unwrap_or_else(|| cwd.clone())
+            .canonicalize()
+            .unwrap_or_else(|_| cwd.clone());
+        let home = home.canonicalize().unwrap_or(home);
+        policy_args.command_install =
+            vetto_bundle::host::command_install(cmd, &path, &cwd, &home, &project)
+                .into_iter()
+                .map(|p| p.display().to_string())
+                .collect();
+    }
     let (facts, policy, mut t) = match policy_cmd::build(&policy_args, "run") {
         Ok(b) => b,
         Err(e) => {
