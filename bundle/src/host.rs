@@ -75,54 +75,55 @@ pub const HOME_DOTFILES: &[&str] = &[
     "go",
 ];
 
-/// Where the command vetto is asked to run is installed, when the sandbox would not see it
-/// otherwise (an agent installed with `npm -g` into `~/.npm-global`, with pipx into
-/// `~/.local/share/pipx`, a single binary in `~/.local/share/claude`): `command` found on
-/// `path` (or relative to `cwd`), then the directory it was found in and, if it is a link, the
-/// installation it leads to (a Python virtual environment, an npm package, else the file
-/// itself), all canonical. What lies under a system directory, the project or a HOME dotfile
-/// root is left out (already shown), and so is anything that is HOME, holds HOME, or holds one
-/// of the built-in secret directories: only the program's own files are added, read-only.
+/// The executable `command` names, as `execvp` would find it: a name with a `/` relative to
+/// `cwd`, else the first `PATH` entry (relative entries, and the empty one, relative to `cwd`)
+/// that holds an executable file of that name.
+pub fn resolve_command(command: &str, path: &str, cwd: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        let p = cwd.join(command);
+        return executable(&p).then_some(p);
+    }
+    path.split(':')
+        .map(|d| cwd.join(d).join(command))
+        .find(|p| executable(p))
+}
+
+/// Where the command vetto is asked to run (`found`, from [`resolve_command`]) is installed,
+/// when the sandbox would not see it (an agent installed with `npm -g` into `~/.npm-global`,
+/// with pipx into `~/.local/share/pipx`, a single binary in `~/.local/share/claude`): the
+/// directory it is found in (so it runs by its own name: multi-call programs such as rustup's
+/// `cargo` go by it) and the installation that resolves to, the Python virtual environment,
+/// the npm package or the file itself, all to show read-only. What the sandbox sees already
+/// (under a system directory, the project or a HOME dotfile root) is left out, and so is
+/// anything that would be HOME, hold HOME, or hold or lie in a built-in secret directory or
+/// one of `keep_out` (vetto's configuration and audit store).
 pub fn command_install(
-    command: &str,
-    path: &str,
-    cwd: &Path,
+    found: &Path,
     home: &Path,
     project: &Path,
+    keep_out: &[PathBuf],
 ) -> Vec<PathBuf> {
-    let found = if command.contains('/') {
-        let p = cwd.join(command);
-        p.is_file().then_some(p)
-    } else {
-        path.split(':')
-            .filter(|d| d.starts_with('/'))
-            .map(|d| Path::new(d).join(command))
-            .find(|p| {
-                use std::os::unix::fs::PermissionsExt;
-                p.metadata()
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
-    };
-    let Some(found) = found else {
-        return vec![];
-    };
     let shown = |p: &Path| {
         SYSTEM_DIRS.iter().any(|d| p.starts_with(d))
             || p.starts_with(project)
             || HOME_DOTFILES.iter().any(|d| p.starts_with(home.join(d)))
     };
-    let secret_dirs: Vec<PathBuf> = crate::secrets::BUILTIN_SECRETS
-        .dirs
-        .iter()
-        .filter_map(|d| d.strip_prefix("~/").map(|r| home.join(r)))
-        .collect();
     let acceptable = |p: &Path| {
+        let secret_dirs = crate::secrets::BUILTIN_SECRETS
+            .dirs
+            .iter()
+            .filter_map(|d| d.strip_prefix("~/").map(|r| home.join(r)));
         !shown(p)
             && !home.starts_with(p)
-            && !secret_dirs
-                .iter()
-                .any(|s| s.starts_with(p) || p.starts_with(s))
             && p != Path::new("/")
+            && !secret_dirs
+                .chain(keep_out.iter().cloned())
+                .any(|s| s.starts_with(p) || p.starts_with(&s))
     };
     let mut out: Vec<PathBuf> = vec![];
     if let Some(dir) = found.parent().and_then(|d| d.canonicalize().ok()) {
@@ -130,26 +131,27 @@ pub fn command_install(
             out.push(dir);
         }
     }
-    if let Ok(target) = found.canonicalize() {
-        let root = target
-            .ancestors()
-            .skip(1)
-            .find(|a| a.join("pyvenv.cfg").is_file())
-            .map(Path::to_path_buf)
-            .or_else(|| {
-                // An npm package: the directory beneath node_modules (or its @scope).
-                target.ancestors().skip(1).find_map(|a| {
-                    let parent = a.parent()?;
-                    let in_modules = parent.file_name()? == "node_modules"
-                        || (parent.file_name()?.to_str()?.starts_with('@')
-                            && parent.parent()?.file_name()? == "node_modules");
-                    (in_modules && a.join("package.json").is_file()).then(|| a.to_path_buf())
-                })
+    let Ok(target) = found.canonicalize() else {
+        return out;
+    };
+    let root = target
+        .ancestors()
+        .skip(1)
+        .find(|a| a.join("pyvenv.cfg").is_file())
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            // An npm package: the directory beneath node_modules (or its @scope).
+            target.ancestors().skip(1).find_map(|a| {
+                let parent = a.parent()?;
+                let in_modules = parent.file_name()? == "node_modules"
+                    || (parent.file_name()?.to_str()?.starts_with('@')
+                        && parent.parent()?.file_name()? == "node_modules");
+                (in_modules && a.join("package.json").is_file()).then(|| a.to_path_buf())
             })
-            .unwrap_or(target);
-        if acceptable(&root) && !out.iter().any(|o| root.starts_with(o)) {
-            out.push(root);
-        }
+        })
+        .unwrap_or(target);
+    if acceptable(&root) && !out.iter().any(|o| root.starts_with(o)) {
+        out.push(root);
     }
     out
 }

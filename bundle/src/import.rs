@@ -276,8 +276,15 @@ fn claude(v: &Value) -> Imported {
                             },
                             "deny" => {
                                 if let Some(p) = rule_arg(&rule, "Read") {
-                                    let p = p.trim_start_matches("//");
-                                    let p = p.strip_prefix("./").unwrap_or(p).replace("**", "*");
+                                    // Claude Code's paths: `//abs` is absolute, `~/x` in HOME,
+                                    // `/x` relative to the settings file (the project's, for a
+                                    // project file) and `x` to the working directory: both of
+                                    // those are the project here.
+                                    let p = match p.strip_prefix("//") {
+                                        Some(abs) => format!("/{abs}"),
+                                        None => p.trim_start_matches('/').to_string(),
+                                    };
+                                    let p = p.strip_prefix("./").unwrap_or(&p).replace("**", "*");
                                     let list = if p.contains('*') { &mut secrets.globs } else { &mut secrets.files };
                                     list.get_or_insert_with(Vec::new).push(p);
                                 } else if let Some(p) = rule_arg(&rule, "Edit").or(rule_arg(&rule, "Write")) {
@@ -325,10 +332,20 @@ fn codex(v: &toml::Value) -> Imported {
     let mut fs = FilesystemSection::default();
     let mut net: Option<NetworkSection> = None;
     let mut env = EnvironmentSection::default();
+    let mut read_only = false;
+    // Codex drops *KEY*, *SECRET*, *TOKEN* variables before include_only unless told not to.
+    let default_excludes = !v
+        .get("shell_environment_policy")
+        .and_then(|p| p.get("ignore_default_excludes"))
+        .and_then(toml::Value::as_bool)
+        .unwrap_or(false);
     for (k, val) in v.as_table().into_iter().flatten() {
         match k.as_str() {
             "sandbox_mode" => match val.as_str() {
-                Some("read-only") => fs.project = Some(ProjectAccess::Read),
+                Some("read-only") => {
+                    fs.project = Some(ProjectAccess::Read);
+                    read_only = true;
+                }
                 Some("workspace-write") => fs.project = Some(ProjectAccess::Write),
                 Some("danger-full-access") => {
                     fs.project = Some(ProjectAccess::Write);
@@ -383,12 +400,25 @@ fn codex(v: &toml::Value) -> Imported {
                             )
                         }
                         "include_only" => {
-                            let (exact, patterns): (Vec<String>, Vec<String>) = sv
+                            let (mut exact, patterns): (Vec<String>, Vec<String>) = sv
                                 .as_array()
                                 .into_iter()
                                 .flatten()
                                 .filter_map(|s| s.as_str().map(str::to_string))
                                 .partition(|n| crate::resolve::valid_env_name(n));
+                            if default_excludes {
+                                exact.retain(|n| {
+                                    let u = n.to_ascii_uppercase();
+                                    let secret = ["KEY", "SECRET", "TOKEN"].iter().any(|w| u.contains(w));
+                                    if secret {
+                                        im.unmapped.push((
+                                            format!("{field} {n}"),
+                                            "Codex drops it (its default excludes *KEY*, *SECRET*, *TOKEN*): not passed either".into(),
+                                        ));
+                                    }
+                                    !secret
+                                });
+                            }
                             if !exact.is_empty() {
                                 env.pass_through = Some(exact);
                             }
@@ -404,6 +434,25 @@ fn codex(v: &toml::Value) -> Imported {
             "approval_policy" => im.skip(k, "a Codex choice of which commands it asks about; vetto's approvals are for network destinations"),
             _ => im.skip(k, "a Codex setting, not a sandbox one"),
         }
+    }
+    if read_only {
+        // Codex ignores the workspace-write settings in read-only mode: so does the import.
+        if fs.write.take().is_some() {
+            im.skip(
+                "sandbox_workspace_write.writable_roots",
+                "ignored by Codex in read-only mode",
+            );
+        }
+        if net.take().is_some() {
+            im.skip(
+                "sandbox_workspace_write.network_access",
+                "ignored by Codex in read-only mode (no network)",
+            );
+        }
+        net = Some(NetworkSection {
+            mode: Some(NetworkMode::Off),
+            ..Default::default()
+        });
     }
     if fs != FilesystemSection::default() {
         policy.filesystem = Some(fs);
@@ -500,7 +549,8 @@ mod tests {
         let im = import(
             r#"{"sandbox": {"enabled": true, "excludedCommands": ["docker"], "network": {"allowUnixSockets": ["/x"]}},
                "permissions": {"allow": ["WebFetch(domain:docs.rs)", "Bash(npm test)"],
-                               "deny": ["Read(./.env.local)", "Read(~/.aws/**)", "Edit(Makefile)"]},
+                               "deny": ["Read(./.env.local)", "Read(~/.aws/**)", "Edit(Makefile)",
+                                        "Read(//etc/app/secret)", "Read(/config/key.pem)"]},
                "model": "opus"}"#,
         )
         .expect("import");
@@ -511,7 +561,10 @@ mod tests {
             ["docs.rs", "docs.rs:80"]
         );
         let s = p.secrets.expect("secrets");
-        assert_eq!(s.files.expect("files"), [".env.local"]);
+        assert_eq!(
+            s.files.expect("files"),
+            [".env.local", "/etc/app/secret", "config/key.pem"]
+        );
         assert_eq!(s.globs.expect("globs"), ["~/.aws/*"]);
         assert_eq!(
             p.filesystem.expect("fs").protected.expect("p"),
@@ -533,7 +586,7 @@ mod tests {
         let im = import(
             "model = \"o3\"\nsandbox_mode = \"workspace-write\"\napproval_policy = \"on-request\"\n\
              [sandbox_workspace_write]\nwritable_roots = [\"/data/out\"]\nnetwork_access = false\nexclude_slash_tmp = true\n\
-             [shell_environment_policy]\ninclude_only = [\"PATH\", \"AWS_*\"]\nset = { CI = \"1\" }\n",
+             [shell_environment_policy]\ninclude_only = [\"PATH\", \"AWS_*\", \"GITHUB_TOKEN\"]\nset = { CI = \"1\" }\n",
         )
         .expect("import");
         assert_eq!(im.kind, "Codex config");
@@ -557,6 +610,19 @@ mod tests {
         ] {
             assert!(named.contains(&f), "{f} not named: {named:?}");
         }
+    }
+
+    #[test]
+    fn codex_read_only_ignores_the_workspace_write_settings() {
+        let im = import(
+            "sandbox_mode = \"read-only\"\n[sandbox_workspace_write]\nwritable_roots = [\"/data\"]\nnetwork_access = true\n",
+        )
+        .expect("import");
+        let p = roundtrip(&im);
+        let fs = p.filesystem.expect("fs");
+        assert_eq!(fs.project, Some(ProjectAccess::Read));
+        assert!(fs.write.is_none());
+        assert_eq!(p.network.expect("net").mode, Some(NetworkMode::Off));
     }
 
     #[test]

@@ -1,7 +1,13 @@
 //! Toolchain presets: the package-cache directories each tool writes (`[filesystem] caches`,
 //! `--cache NAME`) and the registry hosts it fetches from (`network.allow = ["@NAME"]`).
 //! Exactly the caches: `~/.cargo/registry` and `~/.cargo/git`, never `~/.cargo/credentials*`
-//! (masked) nor `~/.cargo/bin` (what the next shell runs).
+//! (masked) nor `~/.cargo/bin` (what the next shell runs); what inside a cache holds programs
+//! run as they are (`~/.npm/_npx`) stays read-only, and Gradle's wrapper distributions are
+//! left out.
+//!
+//! A writable cache is still a trust handoff: the host's own builds use what the session
+//! wrote there (cargo compiles the sources in `~/.cargo/registry/src`, Go links the objects in
+//! `~/.cache/go-build`). The presets are opt-in for that reason (docs/policy.md).
 
 use crate::error::PolicyError;
 
@@ -16,6 +22,9 @@ pub struct Preset {
     /// `vetto run` creates them empty when missing (the directory holding them stays
     /// read-only).
     pub files: &'static [&'static str],
+    /// What inside them holds programs the host runs as they are, kept read-only when present
+    /// (and reported at the end when the session creates it): `protected` paths.
+    pub protected: &'static [&'static str],
     /// The registry hosts it fetches from (port 443).
     pub hosts: &'static [&'static str],
 }
@@ -30,36 +39,43 @@ pub const PRESETS: &[Preset] = &[
             "~/.cargo/.package-cache-mutate",
             "~/.cargo/.global-cache",
         ],
+        protected: &[],
         hosts: &["crates.io", "index.crates.io", "static.crates.io"],
     },
     Preset {
         name: "npm",
         dirs: &["~/.npm/"],
         files: &[],
+        protected: &["~/.npm/_npx"],
         hosts: &["registry.npmjs.org"],
     },
     Preset {
         name: "pip",
         dirs: &["~/.cache/pip/"],
         files: &[],
+        protected: &[],
         hosts: &["pypi.org", "files.pythonhosted.org"],
     },
     Preset {
         name: "go",
         dirs: &["~/go/pkg/mod/", "~/.cache/go-build/"],
         files: &[],
+        protected: &[],
         hosts: &["proxy.golang.org", "sum.golang.org"],
     },
     Preset {
         name: "maven",
         dirs: &["~/.m2/repository/"],
         files: &[],
+        protected: &[],
         hosts: &["repo.maven.apache.org", "repo1.maven.org"],
     },
     Preset {
         name: "gradle",
-        dirs: &["~/.gradle/caches/", "~/.gradle/wrapper/"],
+        // Not ~/.gradle/wrapper: the Gradle distributions `./gradlew` runs.
+        dirs: &["~/.gradle/caches/"],
         files: &[],
+        protected: &[],
         hosts: &[
             "services.gradle.org",
             "downloads.gradle.org",

@@ -338,11 +338,19 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
             );
             let state = fs.state.as_deref().unwrap_or(&[]);
             for st in state {
-                if !st.starts_with("~/") || st.split('/').any(|c| c == "..") || st == "~/" {
+                let rest = st.strip_prefix("~/").unwrap_or("");
+                let comps: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+                if !st.starts_with("~/")
+                    || comps
+                        .iter()
+                        .any(|c| c.is_empty() || *c == "." || *c == "..")
+                {
                     return Err(PolicyError::BadValue {
                         key: "filesystem.state".into(),
                         value: st.clone(),
-                        reason: "a path beneath HOME (`~/...`), without `..`".into(),
+                        reason:
+                            "a path beneath HOME (`~/...`), without `.`, `..` or empty components"
+                                .into(),
                     });
                 }
             }
@@ -357,6 +365,9 @@ pub fn merge(profile: &str, layers: &[Layer]) -> Result<Policy, PolicyError> {
                     .map(|d| d.to_string())
                     .collect();
                 push_unique(&mut p.state, &dirs, src);
+                let protected: Vec<String> =
+                    preset.protected.iter().map(|d| d.to_string()).collect();
+                push_unique(&mut p.protected, &protected, src);
             }
         }
         if let Some(s) = &f.secrets {

@@ -331,8 +331,9 @@ pub struct PolicyArgs {
     /// (repeatable; its registries: `--net allow:@cargo`).
     #[arg(long, value_name = "NAME")]
     pub cache: Vec<String>,
-    /// Set by `vetto run`: where the command is installed, when the sandbox would not see it
-    /// otherwise (read-only roots, shown by `explain` as the command's installation).
+    /// Set by `vetto run` (not a flag): where the command is installed, when the sandbox
+    /// would not see it otherwise (read-only roots, named in the session's policy as the
+    /// command's installation).
     #[arg(skip)]
     pub command_install: Vec<String>,
 }
@@ -360,11 +361,6 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub quiet: bool,
     /// The command and its arguments (`vetto run claude`, or after `--`).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        required = true,
-        value_name = "CMD"
-    )]
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }

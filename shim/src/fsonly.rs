@@ -896,9 +896,11 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         .then_some(facts.git_metadata.as_slice());
     crate::handoff::check(
         &t.handoff_watch,
+        &t.handoff_links,
         known_git,
         t.handoff,
         &facts.project,
+        &facts.home,
         session,
     );
 

@@ -59,9 +59,11 @@ fn new_repositories(project: &Path, known: &[PathBuf]) -> Vec<PathBuf> {
 /// record and (with `remove`) remove.
 pub fn check(
     watch: &[PathBuf],
+    links: &[(PathBuf, PathBuf)],
     known_git: Option<&[PathBuf]>,
     action: HandoffAction,
     project: &Path,
+    home: &Path,
     session: &str,
 ) -> Vec<Finding> {
     let mut out = vec![];
@@ -76,11 +78,17 @@ pub fn check(
         let Ok(meta) = p.symlink_metadata() else {
             continue;
         };
+        // The root it lies in: the project, or HOME for an agent's own settings.
+        let root = if p.starts_with(project) {
+            project
+        } else {
+            home
+        };
         let outcome = match action {
             HandoffAction::Warn => {
                 "left in place: review it before a host tool loads it".to_string()
             }
-            HandoffAction::Remove if !plain_parents(project, p) => {
+            HandoffAction::Remove if !plain_parents(root, p) => {
                 "NOT removed: a directory on its path is a symlink; review it".to_string()
             }
             HandoffAction::Remove => {
@@ -100,6 +108,46 @@ pub fn check(
             p.display()
         );
         tracing::warn!(path = %p.display(), %outcome, "trust handoff: created during the session");
+        out.push(Finding {
+            path: p.clone(),
+            outcome,
+        });
+    }
+    // Protected links: still the same link?
+    for (p, target) in links {
+        if std::fs::read_link(p).ok().as_ref() == Some(target) {
+            continue;
+        }
+        let outcome = match action {
+            HandoffAction::Warn => {
+                format!(
+                    "it was a link to {}: review what is there now before a host tool loads it",
+                    target.display()
+                )
+            }
+            HandoffAction::Remove if !plain_parents(home, p) => {
+                "NOT restored: a directory on its path is a symlink; review it".to_string()
+            }
+            HandoffAction::Remove => {
+                let gone = match p.symlink_metadata() {
+                    Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+                    Ok(_) => std::fs::remove_file(p),
+                    Err(_) => Ok(()),
+                };
+                match gone.and_then(|()| std::os::unix::fs::symlink(target, p)) {
+                    Ok(()) => format!(
+                        "the link to {} put back (filesystem.handoff = \"remove\")",
+                        target.display()
+                    ),
+                    Err(e) => format!("NOT restored ({e}); it was a link to {}", target.display()),
+                }
+            }
+        };
+        eprintln!(
+            "vetto: trust handoff: the sandbox replaced {}, which host tools load; {outcome}",
+            p.display()
+        );
+        tracing::warn!(path = %p.display(), %outcome, "trust handoff: a protected link replaced during the session");
         out.push(Finding {
             path: p.clone(),
             outcome,

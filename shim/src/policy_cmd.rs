@@ -217,7 +217,7 @@ fn agent_input(name: Option<&str>, config: &Path) -> Result<Option<resolve::Agen
 /// The directories of the policy's state paths (`~/.claude/`, the toolchain caches) that do
 /// not exist yet, created (0700) so the sandbox's writes persist. Only under HOME (the policy
 /// checks that), only for `vetto run`.
-pub fn create_state_dirs(policy: &Policy, home: &Path) -> Result<()> {
+pub fn create_state_dirs(policy: &Policy, home: &Path, keep_out: &[PathBuf]) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     for st in &policy.state {
         let dir = st.value.ends_with('/');
@@ -225,7 +225,14 @@ pub fn create_state_dirs(policy: &Policy, home: &Path) -> Result<()> {
             continue;
         }
         let p = vetto_bundle::policy::expand_path(st.value.trim_end_matches('/'), home, home)?;
-        if p.symlink_metadata().is_ok() {
+        // Never in or around vetto's own configuration and audit store (the translation
+        // refuses such a state path; nothing is made for it first).
+        let canon = vetto_bundle::host::canonical_beyond(&p)?;
+        if p.symlink_metadata().is_ok()
+            || keep_out
+                .iter()
+                .any(|k| canon.starts_with(k) || k.starts_with(&canon))
+        {
             continue;
         }
         if dir {
@@ -413,14 +420,20 @@ pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation
     facts.host_private.push(config_dir()?);
     let policy = resolve_policy(a, &facts)?;
     crate::netcheck::validate_network(&policy)?;
-    if id == "run" {
-        create_state_dirs(&policy, &facts.home)?;
-    }
     // vetto's audit store and its key: masked wherever a bind would show them, and no
     // `write` root may hold them.
     let audit = audit_mask(&facts.project)?;
     if let Some(a) = &audit {
         facts.host_sealed.push(PathBuf::from(&a.value));
+    }
+    if id == "run" {
+        let keep_out: Vec<PathBuf> = facts
+            .host_private
+            .iter()
+            .chain(&facts.host_sealed)
+            .cloned()
+            .collect();
+        create_state_dirs(&policy, &facts.home, &keep_out)?;
     }
     let mut patterns = policy.secret_patterns();
     patterns.extend(audit.as_ref());

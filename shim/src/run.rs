@@ -161,30 +161,51 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         vetto_broker::audit::store::private_dir(&d)
             .map_err(|e| anyhow::anyhow!(vetto_broker::error_chain(&e)))?;
     }
-    // `vetto run claude`: the agent's own profile, unless another (or `none`) is named.
+    // The command as `execvp` would find it on the host (the sandbox gets the same PATH).
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let host_path = std::env::var("PATH").unwrap_or_default();
+    let project = args
+        .policy
+        .project
+        .clone()
+        .unwrap_or_else(|| cwd.clone())
+        .canonicalize()
+        .unwrap_or_else(|_| cwd.clone());
+    let found = args
+        .command
+        .first()
+        .and_then(|c| vetto_bundle::host::resolve_command(c, &host_path, &cwd));
+    let outside_project = found
+        .as_ref()
+        .and_then(|f| f.canonicalize().ok())
+        .is_some_and(|c| !c.starts_with(&project));
+    // `vetto run claude`: the agent's own profile, unless another (or `none`) is named; only
+    // for a bare name that resolves outside the project (a `claude` in the project, or found
+    // through a relative PATH entry, is the project's program, not the agent: `--agent`).
     let mut policy_args = args.policy.clone();
-    if policy_args.agent.is_none() {
+    if policy_args.agent.is_none() && outside_project {
         policy_args.agent = args
             .command
             .first()
+            .filter(|c| !c.contains('/'))
             .and_then(|c| vetto_bundle::profiles::recognise(c))
             .map(str::to_string);
     }
-    // The command's own installation, read-only, where the sandbox would not see it (an
-    // agent installed into HOME by npm or pipx).
-    if let (Some(cmd), Ok(cwd)) = (args.command.first(), std::env::current_dir()) {
+    // The command's own installation, read-only, where the sandbox would not see it (an agent
+    // installed into HOME by npm or pipx).
+    if let (Some(f), true) = (&found, outside_project) {
         let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
-        let path = std::env::var("PATH").unwrap_or_default();
-        let project = policy_args
-            .project
-            .clone()
-            .unwrap_or_else(|| cwd.clone())
-            .canonicalize()
-            .unwrap_or_else(|_| cwd.clone());
         let home = home.canonicalize().unwrap_or(home);
+        let keep_out: Vec<PathBuf> = [
+            policy_cmd::config_dir().ok(),
+            vetto_broker::audit::user_dir(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         policy_args.command_install =
-            vetto_bundle::host::command_install(cmd, &path, &cwd, &home, &project)
-                .into_iter()
+            vetto_bundle::host::command_install(f, &home, &project, &keep_out)
+                .iter()
                 .map(|p| p.display().to_string())
                 .collect();
     }
@@ -606,9 +627,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         .then_some(facts.git_metadata.as_slice());
     crate::handoff::check(
         &t.handoff_watch,
+        &t.handoff_links,
         known_git,
         t.handoff,
         &facts.project,
+        &facts.home,
         &session_id,
     );
 

@@ -110,9 +110,10 @@ both!(
     }
 );
 
-/// A fake agent named like a real one, in the project: what the profile gives it.
+/// A fake agent named like a real one, installed outside the project and outside anything
+/// the sandbox shows (as `npm -g` into HOME would), and the PATH that finds it.
 fn fake_agent(f: &Fixture, name: &str, script: &str) -> String {
-    let dir = f.proj.join("tools");
+    let dir = f.root.join("outside/agents");
     std::fs::create_dir_all(&dir).expect("mkdir");
     let p = dir.join(name);
     std::fs::write(&p, format!("#!/bin/sh\n{script}\n")).expect("w");
@@ -120,8 +121,8 @@ fn fake_agent(f: &Fixture, name: &str, script: &str) -> String {
         .args(["755", &p.display().to_string()])
         .status()
         .expect("chmod");
-    f.own(&dir);
-    format!("./tools/{name}")
+    f.own(&f.root.join("outside"));
+    format!("{}:/usr/local/bin:/usr/bin:/bin", dir.display())
 }
 
 both!(
@@ -138,7 +139,7 @@ both!(
         .expect("w");
         std::fs::write(f.home.join(".claude.json"), "{}\n").expect("w");
         f.own(&f.home);
-        let claude = fake_agent(
+        let path = fake_agent(
         f,
         "claude",
         "echo $1 >> ~/.claude/history.jsonl && echo session > ~/.claude/projects/session-$1 && echo state; \
@@ -150,8 +151,8 @@ both!(
         for tier in ["full", "fs-only"] {
             let o = f.run_env(
                 &["--tier", tier],
-                &[&claude, tier],
-                &[("ANTHROPIC_API_KEY", "sk-ant-dummy")],
+                &["claude", tier],
+                &[("ANTHROPIC_API_KEY", "sk-ant-dummy"), ("PATH", &path)],
             );
             assert_eq!(
                 out(&o),
@@ -178,8 +179,8 @@ both!(
         // `--agent none`: the same command gets the base profile only.
         let o = f.run_env(
             &["--tier", "full", "--agent", "none"],
-            &[&claude, "none"],
-            &[("ANTHROPIC_API_KEY", "sk-ant-dummy")],
+            &["claude", "none"],
+            &[("ANTHROPIC_API_KEY", "sk-ant-dummy"), ("PATH", &path)],
         );
         assert!(!err(&o).contains("agent profile"), "{}", err(&o));
         assert!(out(&o).contains("key= traffic="), "{}", out(&o));
@@ -194,21 +195,40 @@ both!(
 both!(
     a_missing_state_directory_is_created_and_a_new_settings_file_reported,
     |f| {
-        let gemini = fake_agent(
+        let path = fake_agent(
         f,
         "gemini",
         "echo c > ~/.gemini/oauth_creds.json && echo creds; mkdir -p ~/.gemini/commands && echo x > ~/.gemini/commands/evil.toml && echo planted",
     );
-        // Through a shell the command is `sh`, not the agent: the base profile (HOME private).
-        let o = f.run_sh(&["--tier", "full"], &gemini);
-        assert_eq!(
-            out(&o),
-            "planted\n",
+        // Through a shell the command is `sh`, not the agent: the base profile (HOME private;
+        // the agent's file is not shown either).
+        let o = f.run_env(
+            &["--tier", "full"],
+            &["/bin/sh", "-c", "gemini"],
+            &[("PATH", &path)],
+        );
+        assert!(
+            !out(&o).contains("creds"),
             "the shell is not the agent: {}",
             err(&o)
         );
         assert!(!f.home.join(".gemini").exists());
-        let o = f.run_argv(&["--tier", "full"], &[&gemini]);
+        // A `gemini` of the project's (here through a relative PATH entry) is not the agent.
+        std::fs::create_dir_all(f.proj.join("bin")).expect("mkdir");
+        std::fs::copy(
+            f.root.join("outside/agents/gemini"),
+            f.proj.join("bin/gemini"),
+        )
+        .expect("cp");
+        f.own(&f.proj.join("bin"));
+        let o = f.run_env(
+            &["--tier", "full"],
+            &["gemini"],
+            &[("PATH", &format!("bin:{path}"))],
+        );
+        assert!(!err(&o).contains("agent profile"), "{}", err(&o));
+        assert!(!f.home.join(".gemini").exists());
+        let o = f.run_env(&["--tier", "full"], &["gemini"], &[("PATH", &path)]);
         assert_eq!(out(&o), "creds\nplanted\n", "{}", err(&o));
         assert!(f.home.join(".gemini/oauth_creds.json").exists());
         // A protected path the sandbox created is named at the end (the trust handoff report).
@@ -403,5 +423,52 @@ both!(another_sandboxs_settings_import_as_a_working_policy, |f| {
         !o.status.success() && err(&o).contains("neither JSON"),
         "{}",
         err(&o)
+    );
+});
+
+both!(a_protected_settings_link_is_checked_and_put_back, |f| {
+    // A dotfile manager's layout: ~/.claude/settings.json -> ~/dotfiles/claude-settings.json.
+    std::fs::create_dir_all(f.home.join(".claude")).expect("mkdir");
+    std::fs::create_dir_all(f.home.join("dotfiles")).expect("mkdir");
+    std::fs::write(f.home.join("dotfiles/claude-settings.json"), "{}\n").expect("w");
+    std::os::unix::fs::symlink(
+        f.home.join("dotfiles/claude-settings.json"),
+        f.home.join(".claude/settings.json"),
+    )
+    .expect("ln");
+    f.own(&f.home);
+    let path = fake_agent(
+        f,
+        "claude",
+        "rm -f ~/.claude/settings.json && echo '{\"hooks\":{}}' > ~/.claude/settings.json && echo replaced; \
+         mkdir -p ~/.claude/commands && echo evil > ~/.claude/commands/x.md && echo planted",
+    );
+    let pol = f.root.join("outside/remove.toml");
+    std::fs::write(&pol, "[filesystem]\nhandoff = \"remove\"\n").expect("w");
+    f.own(&pol);
+    let o = f.run_env(
+        &["--tier", "full", "--policy", &pol.display().to_string()],
+        &["claude"],
+        &[("PATH", &path)],
+    );
+    assert_eq!(out(&o), "replaced\nplanted\n", "{}", err(&o));
+    let e = err(&o);
+    assert!(
+        e.contains("the sandbox replaced") && e.contains("link") && e.contains("put back"),
+        "{e}"
+    );
+    assert!(
+        e.contains(".claude/commands") && e.contains("removed"),
+        "{e}"
+    );
+    // The link is back, pointing where it did; the planted command is gone.
+    assert_eq!(
+        std::fs::read_link(f.home.join(".claude/settings.json")).expect("a link again"),
+        f.home.join("dotfiles/claude-settings.json")
+    );
+    assert!(!f.home.join(".claude/commands").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.home.join("dotfiles/claude-settings.json")).expect("r"),
+        "{}\n"
     );
 });

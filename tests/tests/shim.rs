@@ -1260,11 +1260,19 @@ fn a_containers_unlisted_name_is_parked_and_a_later_grant_lets_the_next_one_thro
     let o = w.run(&["--vetto-policy", &pol], "c-granted");
     assert_eq!(out(&o), "hello", "{}{}", err(&o), w.last_error());
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
-    let allowed: Vec<Value> = w
-        .events("connection")
-        .into_iter()
-        .filter(|c| c["decision"] == "allow")
-        .collect();
+    // The container's broker records the connection when it closes, after the container
+    // may already be gone: wait for the record (a loaded machine showed the race).
+    let allowed = || -> Vec<Value> {
+        w.events("connection")
+            .into_iter()
+            .filter(|c| c["decision"] == "allow")
+            .collect()
+    };
+    assert!(
+        vetto_integration::eventually(10, || !allowed().is_empty()),
+        "the allowed connection was never recorded"
+    );
+    let allowed = allowed();
     assert!(
         allowed[0]["basis"]
             .as_str()

@@ -58,6 +58,9 @@ pub struct Translation {
     /// Protected paths that were absent: host tools load them, so the supervisor reports (and
     /// with `filesystem.handoff = "remove"` removes) any the sandbox created.
     pub handoff_watch: Vec<PathBuf>,
+    /// Protected paths that are symlinks, with their target at start: checked at the end like
+    /// `handoff_watch` (a link replaced by the sandbox is reported, and with `remove` restored).
+    pub handoff_links: Vec<(PathBuf, PathBuf)>,
     /// What to do with them.
     pub handoff: HandoffAction,
     /// Host directories the sandbox can write (canonical): nothing vetto writes on the host
@@ -145,7 +148,7 @@ pub fn translate(
     network::check_publish(policy)?;
     let mut b = Builder::default();
     let layout = mounts::layout(&mut b, policy, facts)?;
-    let handoff_watch = protect::protect_all(
+    let (handoff_watch, handoff_links) = protect::protect_all(
         &mut b,
         policy,
         facts,
@@ -189,6 +192,7 @@ pub fn translate(
         rootfs_links: layout.links,
         explain: b.explain,
         handoff_watch,
+        handoff_links,
         handoff: policy.handoff.value,
         writable_roots: layout.writable_roots,
     })

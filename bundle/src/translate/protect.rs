@@ -97,14 +97,20 @@ pub(super) fn pin_sealed(b: &mut Builder, facts: &HostFacts, writable_roots: &[P
     }
 }
 
-/// Every protection; returns the absent paths to watch ([`super::Translation::handoff_watch`]).
+/// What the end of the session checks: absent protected paths, and protected links with
+/// their targets.
+pub(super) type Watched = (Vec<PathBuf>, Vec<(PathBuf, PathBuf)>);
+
+/// Every protection; returns the absent paths to watch ([`super::Translation::handoff_watch`])
+/// and the protected links to check ([`super::Translation::handoff_links`]).
 pub(super) fn protect_all(
     b: &mut Builder,
     policy: &Policy,
     facts: &HostFacts,
     writable_roots: &[PathBuf],
     state_inside: &[PathBuf],
-) -> Result<Vec<PathBuf>, TranslateError> {
+) -> Result<Watched, TranslateError> {
+    let mut links: Vec<(PathBuf, PathBuf)> = vec![];
     let project_access = policy.project.value;
     // Protected paths: read-only binds over what the sandbox could otherwise write, made by
     // the init on the exact objects found here (see `InitMount`). Every directory between the
@@ -169,7 +175,39 @@ pub(super) fn protect_all(
         if !home_roots.iter().any(|r| p.starts_with(r)) {
             continue;
         }
-        if p.symlink_metadata().is_ok() {
+        let link = p
+            .symlink_metadata()
+            .ok()
+            .filter(|m| m.file_type().is_symlink())
+            .and_then(|_| std::fs::read_link(&p).ok());
+        if let Some(target) = link {
+            // A link (a dotfile manager's): no mount covers the link itself, and its directory
+            // is writable, so it is recorded and checked at the end (replaced: reported, and
+            // with `remove` put back); what it points at is protected where it is writable.
+            if let Ok(resolved) = p.canonicalize() {
+                protect(
+                    b,
+                    &home_roots,
+                    &resolved,
+                    "read-only bind (the target of a protected link)",
+                    &pr.source,
+                );
+            }
+            b.note(
+                "protected",
+                p.display(),
+                format!(
+                    "a symlink to {}: checked at the end; if the sandbox replaced it, vetto reports it ({})",
+                    target.display(),
+                    match policy.handoff.value {
+                        HandoffAction::Warn => "and leaves it",
+                        HandoffAction::Remove => "and puts the link back",
+                    }
+                ),
+                &pr.source,
+            );
+            links.push((p, target));
+        } else if p.symlink_metadata().is_ok() {
             protect(
                 b,
                 &home_roots,
@@ -226,5 +264,5 @@ pub(super) fn protect_all(
             }
         }
     }
-    Ok(handoff_watch)
+    Ok((handoff_watch, links))
 }
