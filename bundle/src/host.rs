@@ -395,6 +395,82 @@ pub fn user_runtime_dirs(root: &Path) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
+    fn exe(p: &Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("w");
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+
+    #[test]
+    fn the_commands_installation_is_found_as_execvp_would_and_kept_narrow() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().canonicalize().expect("c");
+        let home = root.join("home");
+        let proj = root.join("proj");
+        std::fs::create_dir_all(home.join(".ssh")).expect("mkdir");
+        std::fs::create_dir_all(&proj).expect("mkdir");
+        // npm -g into HOME: bin/tool -> ../lib/node_modules/@s/tool/cli.js
+        let pkg = home.join(".npm-global/lib/node_modules/@s/tool");
+        exe(&pkg.join("cli.js"), "#!/usr/bin/env node\n");
+        std::fs::write(pkg.join("package.json"), "{}").expect("w");
+        std::fs::create_dir_all(home.join(".npm-global/bin")).expect("mkdir");
+        std::os::unix::fs::symlink(
+            "../lib/node_modules/@s/tool/cli.js",
+            home.join(".npm-global/bin/tool"),
+        )
+        .expect("ln");
+        // pipx: ~/.local/share/pipx/venvs/ai/bin/ai, linked from ~/bin
+        let venv = home.join(".local/share/pipx/venvs/ai");
+        exe(&venv.join("bin/ai"), "#!/bin/sh\n");
+        std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").expect("w");
+        std::fs::create_dir_all(home.join("bin")).expect("mkdir");
+        std::os::unix::fs::symlink(venv.join("bin/ai"), home.join("bin/ai")).expect("ln");
+        // the project's own program, and one in ~/.ssh
+        exe(&proj.join("bin/tool"), "#!/bin/sh\n");
+        exe(&home.join(".ssh/tool2"), "#!/bin/sh\n");
+
+        let path = format!(
+            "{}/.npm-global/bin:{}/bin:/usr/bin",
+            home.display(),
+            home.display()
+        );
+        let found = resolve_command("tool", &path, &proj).expect("found on PATH");
+        assert_eq!(found, home.join(".npm-global/bin/tool"));
+        assert_eq!(
+            command_install(&found, &home, &proj, &[]),
+            [home.join(".npm-global/bin"), pkg.clone()]
+        );
+        let found = resolve_command("ai", &path, &proj).expect("found");
+        assert_eq!(
+            command_install(&found, &home, &proj, &[]),
+            [home.join("bin"), venv.clone()]
+        );
+        // A relative PATH entry resolves against the working directory: the project's.
+        let found = resolve_command("tool", "bin:/usr/bin", &proj).expect("found");
+        assert_eq!(found, proj.join("bin/tool"));
+        assert!(command_install(&found, &home, &proj, &[]).is_empty());
+        // Never a secret directory, HOME itself, or what vetto keeps out.
+        let found =
+            resolve_command("tool2", &format!("{}/.ssh", home.display()), &proj).expect("found");
+        assert!(command_install(&found, &home, &proj, &[]).is_empty());
+        exe(&home.join("tool3"), "#!/bin/sh\n");
+        let found = resolve_command("tool3", &home.display().to_string(), &proj).expect("found");
+        assert_eq!(
+            command_install(&found, &home, &proj, &[]),
+            [home.join("tool3")]
+        );
+        let found = resolve_command("tool", &path, &proj).expect("found");
+        assert_eq!(
+            command_install(&found, &home, &proj, &[home.join(".npm-global/lib")]),
+            [home.join(".npm-global/bin")]
+        );
+        // Not executable, or absent: nothing.
+        std::fs::write(home.join("bin/plain"), "x").expect("w");
+        assert!(resolve_command("plain", &format!("{}/bin", home.display()), &proj).is_none());
+        assert!(resolve_command("nope", &path, &proj).is_none());
+    }
+
     #[test]
     fn canonical_beyond_resolves_the_existing_part() {
         let t = tempfile::tempdir().expect("tmp");
