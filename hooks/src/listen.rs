@@ -53,9 +53,12 @@ pub fn open_and_send(
         false => None,
     };
     fds.extend(netns.as_ref().map(|f| f.as_raw_fd()));
-    let payload = b"vetto-listeners";
+    send_fds(sock, &fds, b"vetto-listeners").map_err(ListenError::Send)
+}
+
+/// Send `fds` over the unix socket `sock` (SCM_RIGHTS), with `payload` as the message body.
+pub(crate) fn send_fds(sock: RawFd, fds: &[RawFd], payload: &[u8]) -> nix::Result<()> {
     let iov = [IoSlice::new(payload)];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    sendmsg::<UnixAddr>(sock, &iov, &cmsg, MsgFlags::empty(), None).map_err(ListenError::Send)?;
-    Ok(())
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    sendmsg::<UnixAddr>(sock, &iov, &cmsg, MsgFlags::empty(), None).map(drop)
 }

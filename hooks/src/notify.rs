@@ -114,12 +114,7 @@ pub fn install_with_listener(program: &[seccompiler::sock_filter]) -> Result<Own
 
 /// Sends `listener` over the unix socket `sock` (SCM_RIGHTS).
 pub fn send_listener(sock: RawFd, listener: &OwnedFd) -> Result<(), NotifyError> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
-    let fds = [listener.as_raw_fd()];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    let iov = [io::IoSlice::new(b"L")];
-    sendmsg::<UnixAddr>(sock, &iov, &cmsg, MsgFlags::empty(), None).map_err(NotifyError::Send)?;
-    Ok(())
+    crate::listen::send_fds(sock, &[listener.as_raw_fd()], b"L").map_err(NotifyError::Send)
 }
 
 /// The supervisor's end: a listener received from the sandbox.

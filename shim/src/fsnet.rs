@@ -272,19 +272,11 @@ fn answer(
             // SAFETY: sockaddr is plain data; AF_UNSPEC is 0.
             let mut sa: libc::sockaddr = unsafe { std::mem::zeroed() };
             sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
-            // SAFETY: connect reads `sa`, which we own.
-            let r = unsafe {
-                libc::connect(
-                    fd,
-                    &sa,
-                    std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
-                )
-            };
-            return Some(if r == 0 {
-                0
-            } else {
-                errno_of(&std::io::Error::last_os_error())
-            });
+            return Some(connect_errno(
+                fd,
+                &sa,
+                std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+            ));
         }
         Dest::Broker(host) => host,
     };
@@ -316,15 +308,7 @@ fn answer(
             // is in (EALREADY, EISCONN; a new attempt is not announced, so the broker closes
             // it).
             Some(libc::EINVAL) => {
-                // SAFETY: connect reads `tlen` bytes of `to`, which we own.
-                let r = unsafe {
-                    libc::connect(fd, (&to as *const libc::sockaddr_storage).cast(), tlen)
-                };
-                if r == 0 {
-                    0
-                } else {
-                    errno_of(&std::io::Error::last_os_error())
-                }
+                connect_errno(fd, (&to as *const libc::sockaddr_storage).cast(), tlen)
             }
             // IPV6_V6ONLY: no v4-mapped loopback, as no route to it.
             Some(libc::EAFNOSUPPORT) => libc::ENETUNREACH,
@@ -360,13 +344,22 @@ fn answer(
         // The broker is gone: nothing to connect to.
         return Some(libc::ECONNREFUSED);
     }
-    // SAFETY: connect reads `tlen` bytes of `to`, which we own.
-    let r = unsafe { libc::connect(fd, (&to as *const libc::sockaddr_storage).cast(), tlen) };
-    Some(if r == 0 {
+    Some(connect_errno(
+        fd,
+        (&to as *const libc::sockaddr_storage).cast(),
+        tlen,
+    ))
+}
+
+/// `connect(fd, addr, len)` as the answer to the sandbox's call: 0, or the errno.
+fn connect_errno(fd: RawFd, addr: *const libc::sockaddr, len: libc::socklen_t) -> i32 {
+    // SAFETY: the callers pass a sockaddr of theirs that is at least `len` bytes, alive for
+    // the call; connect only reads it.
+    if unsafe { libc::connect(fd, addr, len) } == 0 {
         0
     } else {
         errno_of(&std::io::Error::last_os_error())
-    })
+    }
 }
 
 #[cfg(test)]

@@ -770,16 +770,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
             match started {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    if let Some(l) = live.take() {
-                        l.end(
-                            None,
-                            None,
-                            EndReason::SetupFailure,
-                            Some(format!("{e:#}")),
-                            args.audit.report.as_deref(),
-                            args.audit.summary,
-                        );
-                    }
+                    crate::run::end_setup_failure(live.take(), format!("{e:#}"), &args.audit);
                     return Err(e);
                 }
             }
@@ -829,16 +820,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         }
     }
     if pid < 0 {
-        if let Some(l) = live.take() {
-            l.end(
-                None,
-                None,
-                EndReason::SetupFailure,
-                Some(format!("fork: {fork_err}")),
-                args.audit.report.as_deref(),
-                args.audit.summary,
-            );
-        }
+        crate::run::end_setup_failure(live.take(), format!("fork: {fork_err}"), &args.audit);
         bail!("fork: {fork_err}");
     }
     let deadline = t

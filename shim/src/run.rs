@@ -482,16 +482,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
                 false => format!("{e}: {msg}"),
             };
             if let Some(cfg) = &audit_cfg {
-                if let Ok(live) = audit::begin(cfg, &sess.id, audit_start()) {
-                    live.end(
-                        None,
-                        None,
-                        EndReason::SetupFailure,
-                        Some(msg.clone()),
-                        args.audit.report.as_deref(),
-                        args.audit.summary,
-                    );
-                }
+                end_setup_failure(
+                    audit::begin(cfg, &sess.id, audit_start()).ok(),
+                    msg.clone(),
+                    &args.audit,
+                );
             }
             bail!("{msg}");
         }
@@ -513,16 +508,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     ph.mark("audit start");
     let setup_failed = |live: Option<audit::Live>, what: &anyhow::Error| {
-        if let Some(l) = live {
-            l.end(
-                None,
-                None,
-                EndReason::SetupFailure,
-                Some(format!("{what:#}")),
-                args.audit.report.as_deref(),
-                args.audit.summary,
-            );
-        }
+        end_setup_failure(live, format!("{what:#}"), &args.audit);
     };
     let master = match &console {
         Some((l, _)) => match pty::recv_master(l, Duration::from_secs(10)) {
@@ -698,6 +684,25 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             }
             Ok(code)
         }
+    }
+}
+
+/// End a session's record (if it has one) as a setup failure: the command did not run, for
+/// the reason `detail`. Both tiers' supervisors call it.
+pub(crate) fn end_setup_failure(
+    live: Option<audit::Live>,
+    detail: String,
+    a: &crate::cli::AuditArgs,
+) {
+    if let Some(l) = live {
+        l.end(
+            None,
+            None,
+            EndReason::SetupFailure,
+            Some(detail),
+            a.report.as_deref(),
+            a.summary,
+        );
     }
 }
 

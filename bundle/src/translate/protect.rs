@@ -97,6 +97,29 @@ pub(super) fn pin_sealed(b: &mut Builder, facts: &HostFacts, writable_roots: &[P
     }
 }
 
+/// A protected path absent at start: watched, and said so.
+fn watch_absent(
+    b: &mut Builder,
+    watch: &mut Vec<PathBuf>,
+    p: PathBuf,
+    action: HandoffAction,
+    source: &Source,
+) {
+    b.note(
+        "protected",
+        p.display(),
+        format!(
+            "absent: if the sandbox creates it, vetto reports it at the end ({})",
+            match action {
+                HandoffAction::Warn => "and leaves it",
+                HandoffAction::Remove => "and removes it",
+            }
+        ),
+        source,
+    );
+    watch.push(p);
+}
+
 /// What the end of the session checks: absent protected paths, and protected links with
 /// their targets.
 pub(super) type Watched = (Vec<PathBuf>, Vec<(PathBuf, PathBuf)>);
@@ -216,19 +239,7 @@ pub(super) fn protect_all(
                 &pr.source,
             );
         } else {
-            b.note(
-                "protected",
-                p.display(),
-                format!(
-                    "absent: if the sandbox creates it, vetto reports it at the end ({})",
-                    match policy.handoff.value {
-                        HandoffAction::Warn => "and leaves it",
-                        HandoffAction::Remove => "and removes it",
-                    }
-                ),
-                &pr.source,
-            );
-            handoff_watch.push(p);
+            watch_absent(b, &mut handoff_watch, p, policy.handoff.value, &pr.source);
         }
     }
     if project_access != ProjectAccess::Read {
@@ -245,22 +256,13 @@ pub(super) fn protect_all(
                     "read-only bind over the writable project",
                     &pr.source,
                 ),
-                None => {
-                    let p = facts.project.join(&pr.value);
-                    b.note(
-                        "protected",
-                        p.display(),
-                        format!(
-                            "absent: if the sandbox creates it, vetto reports it at the end ({})",
-                            match policy.handoff.value {
-                                HandoffAction::Warn => "and leaves it",
-                                HandoffAction::Remove => "and removes it",
-                            }
-                        ),
-                        &pr.source,
-                    );
-                    handoff_watch.push(p);
-                }
+                None => watch_absent(
+                    b,
+                    &mut handoff_watch,
+                    facts.project.join(&pr.value),
+                    policy.handoff.value,
+                    &pr.source,
+                ),
             }
         }
     }
