@@ -96,19 +96,60 @@ pub struct SecretMatch {
 }
 
 /// A file name, compared literally unless it has glob characters (building a glob matcher
-/// compiles a regex: ~0.1 ms each, paid on every start).
+/// compiles a regex: ~0.1 ms each, paid on every start, and patterns are compiled once per
+/// bind). The common globs (`.env.*`, `*.pem`, `ssh_host_*_key`: only `*` and `?`) are
+/// matched directly, byte for byte as globset would; the rest go to globset.
 enum NameMatch {
     Literal(String),
+    Wildcard(Vec<u8>),
     Glob(GlobMatcher),
 }
 
 impl NameMatch {
     fn is_match(&self, name: &std::ffi::OsStr) -> bool {
+        use std::os::unix::ffi::OsStrExt;
         match self {
             NameMatch::Literal(l) => name == l.as_str(),
+            NameMatch::Wildcard(w) => wildcard_match(w, name.as_bytes()),
             NameMatch::Glob(g) => g.is_match(name),
         }
     }
+}
+
+/// Can `glob` be matched by [`wildcard_match`] with globset's meaning? Only `*` (not `**`,
+/// which globset reads as a recursive prefix in some places) and `?`, no classes,
+/// alternates, escapes or separators.
+fn is_simple_wildcard(glob: &str) -> bool {
+    !glob.contains(['[', ']', '{', '}', '\\', '/']) && !glob.contains("**")
+}
+
+/// Byte-wise wildcard match: `*` is any run of bytes, `?` exactly one byte (globset compiles
+/// a name glob to a bytes regex with `.` matching any byte, newline included). Linear
+/// backtracking to the last `*` only: O(pattern × name), no blow-up on hostile names.
+fn wildcard_match(pat: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pat.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    p = sp + 1;
+                    n = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pat[p..].iter().all(|&c| c == b'*')
 }
 
 enum Pattern {
@@ -127,6 +168,9 @@ fn compile(raw: &str, home: &Path, project: &Path) -> Result<Pattern, TranslateE
     let glob = |s: &str| {
         if !s.contains(['*', '?', '[', '{']) {
             return Ok(NameMatch::Literal(s.to_string()));
+        }
+        if is_simple_wildcard(s) {
+            return Ok(NameMatch::Wildcard(s.as_bytes().to_vec()));
         }
         Glob::new(s)
             .map(|g| NameMatch::Glob(g.compile_matcher()))
@@ -620,6 +664,61 @@ mod tests {
         Sourced {
             value: v.into(),
             source: Source::Builtin("t".into()),
+        }
+    }
+
+    /// The direct wildcard matcher agrees with globset (its oracle) on every pattern it takes
+    /// and on names built from the patterns' own bytes plus newline, '/', NUL and non-UTF-8.
+    #[test]
+    fn wildcard_matches_as_globset_does() {
+        use std::os::unix::ffi::OsStrExt;
+        let pats = [
+            ".env.*",
+            "*.pem",
+            "ssh_host_*_key",
+            "*",
+            "?",
+            "a*b*c",
+            "*a*",
+            "??*",
+            "*.?",
+            "x?y*",
+            "*é*",
+            ".*rc",
+            "id_*",
+            "*_*_*",
+        ];
+        let alphabet: &[u8] = b"abcxy._ekpm\n/\0\xff\xc3\xa9*?";
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for pat in pats {
+            assert!(is_simple_wildcard(pat), "{pat}");
+            let oracle = Glob::new(pat).expect("glob").compile_matcher();
+            let mut names: Vec<Vec<u8>> = vec![vec![], pat.as_bytes().to_vec()];
+            for _ in 0..4000 {
+                let len = (next() % 9) as usize;
+                names.push(
+                    (0..len)
+                        .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                        .collect(),
+                );
+            }
+            for n in names {
+                let os = std::ffi::OsStr::from_bytes(&n);
+                assert_eq!(
+                    wildcard_match(pat.as_bytes(), &n),
+                    oracle.is_match(os),
+                    "pattern {pat:?}, name {n:?}"
+                );
+            }
+        }
+        for other in ["[ab]*", "{a,b}", "**", "a\\*", "x/*"] {
+            assert!(!is_simple_wildcard(other), "{other}");
         }
     }
 

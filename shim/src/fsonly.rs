@@ -579,6 +579,8 @@ pub struct FsOnly<'a> {
     /// The user's runtime directory (checked out of the sandbox's reach): where a session
     /// with the broker keeps its approvals control socket.
     pub runtime_root: &'a Path,
+    /// The phase timings, begun by `vetto run`.
+    pub phases: crate::run::Phases,
 }
 
 /// Run the command in the FS-ONLY tier; returns its exit status.
@@ -591,6 +593,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         audit_cfg,
         session,
         runtime_root,
+        phases: mut ph,
     } = r;
     if let Some(why) = network_refusal(t, args.git_ssh) {
         bail!("{why}");
@@ -635,6 +638,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         });
     }
     filters.push(Filter::DenyList(seccomp));
+    ph.mark("view");
 
     let mut spec = serde_json::to_value(&t.spec)?;
     crate::run::clamp_rlimits(&mut spec);
@@ -736,6 +740,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         })?),
         None => None,
     };
+    ph.mark("audit start");
     // The broker, before the command: it cannot start, the command does not run.
     let mut net = net;
     let broker = match (broker_plan, net.as_mut(), sess.as_ref()) {
@@ -797,6 +802,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     }
     drop(err_w);
     drop(child);
+    ph.mark("container");
     let broker_pid = broker.as_ref().map(|b| b.id() as libc::pid_t);
     // The sandbox's connect() listener, sent before its command runs; then answered here.
     let mut net_failed: Option<anyhow::Error> = None;
@@ -855,6 +861,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     if let Some(b) = broker.filter(|_| !broker_gone) {
         crate::sidecar::stop(b);
     }
+    ph.mark("session");
     drop(sess);
     let msg = read_all(err_r.as_raw_fd());
     // The command's own report of a failed setup comes first; else the supervisor's.
@@ -885,6 +892,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         &facts.home,
         session,
     );
+    ph.mark("teardown");
 
     if let Some(l) = live.as_mut() {
         crate::run::record_limits(
@@ -921,6 +929,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
             args.audit.report.as_deref(),
             args.audit.summary,
         );
+        ph.mark("audit end");
     }
     match status {
         Outcome::WallClock => {

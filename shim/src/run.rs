@@ -22,20 +22,21 @@ pub const EXIT_SETUP: u8 = 125;
 /// Exit status when the wall-clock limit killed the sandbox (as timeout(1) does).
 pub const EXIT_WALL_CLOCK: u8 = 124;
 
-struct Phases {
+/// Phase timings, logged at info level (`-v`): the same names in both tiers where they apply.
+pub struct Phases {
     start: Instant,
     last: Instant,
 }
 
 impl Phases {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let now = Instant::now();
         Phases {
             start: now,
             last: now,
         }
     }
-    fn mark(&mut self, phase: &str) {
+    pub(crate) fn mark(&mut self, phase: &str) {
         let now = Instant::now();
         tracing::info!(
             phase,
@@ -152,6 +153,8 @@ fn drain_once(from: RawFd, to: RawFd) -> bool {
 /// Run the command; returns its exit status.
 pub fn run(args: &RunArgs) -> Result<u8> {
     let mut ph = Phases::new();
+    // `--tier auto`: the probe runs on another core while the policy is built.
+    let mut probe = (args.tier == crate::tier::TierChoice::Auto).then(crate::tier::Probe::spawn);
     // The audit store's directory exists before the sandbox is planned, so the plan masks it
     // (the key is made in it when the session's recorder opens, before anything runs).
     let audit_dir = audit::prepare(&args.audit)?;
@@ -235,7 +238,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             bail!("network: a nested sandbox runs with the network off: its broker would dial from inside the parent sandbox, which has no network but the parent's broker; run the nested sandbox with the network off");
         }
     }
-    let tier = match crate::tier::select(args.tier, policy.require.value, facts.landlock_abi) {
+    let tier = match crate::tier::select(
+        args.tier,
+        policy.require.value,
+        facts.landlock_abi,
+        probe.as_mut(),
+    ) {
         Ok(tier) => tier,
         Err(why) => {
             if let Some(dir) = &audit_dir {
@@ -331,6 +339,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             audit_cfg: audit_cfg.as_ref(),
             session: &session::new_id(),
             runtime_root: &root,
+            phases: ph,
         });
     }
     // The policy nested runs read as their ceiling (bound read-only below).

@@ -5,6 +5,7 @@
 //! the new namespace carries no capabilities).
 
 use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use vetto_bundle::fsonly;
 use vetto_bundle::policy::Tier;
@@ -73,64 +74,174 @@ const STEPS: &[&str] = &[
 
 /// Try to create FULL's namespaces in a child and use a capability there.
 pub fn probe_full() -> Result<(), NoFull> {
-    // SAFETY: the child makes only raw system calls and leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(NoFull {
-            step: "fork",
-            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-        });
-    }
-    if pid == 0 {
-        let fail = |step: i32| -> ! {
-            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            // SAFETY: leaving the forked child; the status carries the step and errno.
-            unsafe { libc::_exit(step * 64 + e.min(63)) }
+    Probe::spawn().verdict()
+}
+
+/// The probe child, started early so that it runs while the policy is built, and asked for
+/// its verdict when the tier is chosen. The child reports success on a pipe before it exits:
+/// its exit (tearing its namespaces down) takes longer than the probe itself and is not
+/// waited for then. It is reaped when the `Probe` is dropped, through a pidfd (a pid some
+/// other wait reaped and the kernel reused is never waited for).
+pub struct Probe {
+    pid: libc::pid_t,
+    pidfd: Option<OwnedFd>,
+    report: Option<OwnedFd>,
+    failed: Option<NoFull>,
+}
+
+impl Probe {
+    /// Fork the probe child.
+    pub fn spawn() -> Probe {
+        let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        let failed = |step, errno| Probe {
+            pid: -1,
+            pidfd: None,
+            report: None,
+            failed: Some(NoFull { step, errno }),
         };
-        // Not the network namespace: making and tearing one down costs more than the rest
-        // together (~0.6 ms here), and what refuses user namespaces refuses them all; a host
-        // that refuses only that one fails FULL's setup later, with its error (no fallback).
-        let flags = libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS;
-        // SAFETY: unshare takes flags only.
-        if unsafe { libc::unshare(flags) } != 0 {
-            fail(1);
+        let mut fds = [-1; 2];
+        // SAFETY: pipe2 fills the two-element array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return failed("pipe", errno());
         }
-        // SAFETY: valid C strings; changes propagation in the child's own mount namespace.
-        let rc = unsafe {
-            libc::mount(
-                c"none".as_ptr(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            )
+        // SAFETY: two fresh descriptors, ours alone.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: the child makes only raw system calls and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return failed("fork", errno());
+        }
+        if pid == 0 {
+            probe_child(w.as_raw_fd());
+        }
+        drop(w);
+        // SAFETY: pidfd_open on our own unreaped child; a new descriptor or -1.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+        Probe {
+            pid,
+            // SAFETY: a fresh descriptor (checked non-negative).
+            pidfd: (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) }),
+            report: Some(r),
+            failed: None,
+        }
+    }
+
+    /// The verdict: the child's report, or on none its exit status's failed step and errno.
+    pub fn verdict(&mut self) -> Result<(), NoFull> {
+        if let Some(f) = &self.failed {
+            return Err(f.clone());
+        }
+        let Some(r) = self.report.take() else {
+            return Ok(());
         };
-        if rc != 0 {
-            fail(2);
+        let mut b = [0u8; 1];
+        let n = loop {
+            // SAFETY: reading one byte into a local buffer from a descriptor we own.
+            let n = unsafe { libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+            if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break n;
+            }
+        };
+        if n == 1 {
+            return Ok(());
         }
-        // SAFETY: as above.
-        unsafe { libc::_exit(0) }
+        let status = self.reap().unwrap_or(0);
+        let code = match libc::WIFEXITED(status) {
+            true => libc::WEXITSTATUS(status),
+            false => 0,
+        };
+        let step = (code / 64) as usize;
+        let no = NoFull {
+            step: STEPS.get(step.wrapping_sub(1)).copied().unwrap_or("probe"),
+            errno: code % 64,
+        };
+        self.failed = Some(no.clone());
+        Err(no)
     }
-    let mut status = 0;
-    // SAFETY: waiting for the child we forked.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break;
+
+    /// Wait for the child's exit; its status.
+    fn reap(&mut self) -> Option<i32> {
+        if self.pid <= 0 {
+            return None;
+        }
+        let pid = std::mem::replace(&mut self.pid, -1);
+        let mut status = 0;
+        loop {
+            let r = match &self.pidfd {
+                Some(fd) => {
+                    // SAFETY: an all-zero siginfo is valid for the kernel to fill.
+                    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                    // SAFETY: waitid on our pidfd (P_PIDFD = 3), with a local siginfo.
+                    let r = unsafe {
+                        libc::waitid(3, fd.as_raw_fd() as libc::id_t, &mut info, libc::WEXITED)
+                    };
+                    if r == 0 {
+                        // SAFETY: filled by a successful waitid for an exited child.
+                        let (code, si_code) = unsafe { (info.si_status(), info.si_code) };
+                        status = match si_code {
+                            libc::CLD_EXITED => (code & 0xff) << 8,
+                            _ => code & 0x7f,
+                        };
+                    }
+                    r
+                }
+                // SAFETY: waiting for the child we forked (no pidfd: kernels before 5.3).
+                None => unsafe { libc::waitpid(pid, &mut status, 0) }.min(0),
+            };
+            if r == 0 {
+                return Some(status);
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return None;
+            }
         }
     }
-    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
-        return Ok(());
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let _ = self.reap();
     }
-    let code = libc::WEXITSTATUS(status);
-    let step = (code / 64) as usize;
-    Err(NoFull {
-        step: STEPS.get(step.wrapping_sub(1)).copied().unwrap_or("probe"),
-        errno: code % 64,
-    })
+}
+
+/// The probe child's whole life: raw system calls; one byte on `report` when FULL's
+/// namespaces work, else `_exit` with the failed step and errno in the status.
+fn probe_child(report: RawFd) -> ! {
+    let fail = |step: i32| -> ! {
+        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        // SAFETY: leaving the forked child; the status carries the step and errno.
+        unsafe { libc::_exit(step * 64 + e.min(63)) }
+    };
+    // Not the network namespace: making and tearing one down costs more than the rest
+    // together (~0.6 ms here), and what refuses user namespaces refuses them all; a host
+    // that refuses only that one fails FULL's setup later, with its error (no fallback).
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    // SAFETY: unshare takes flags only.
+    if unsafe { libc::unshare(flags) } != 0 {
+        fail(1);
+    }
+    // SAFETY: valid C strings; changes propagation in the child's own mount namespace.
+    let rc = unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        fail(2);
+    }
+    // SAFETY: one byte from a static buffer to the report pipe, then leaving.
+    unsafe {
+        libc::write(report, [1u8].as_ptr().cast(), 1);
+        libc::_exit(0)
+    }
 }
 
 /// Why FS-ONLY cannot be set up here, if it cannot.
@@ -162,6 +273,7 @@ pub fn select(
     choice: TierChoice,
     require: Tier,
     landlock_abi: Option<u32>,
+    probe: Option<&mut Probe>,
 ) -> Result<Tier, String> {
     let fs_only = || match fs_only_missing(landlock_abi) {
         None => Ok(Tier::FsOnly),
@@ -181,7 +293,7 @@ pub fn select(
             "--tier fs-only: the policy requires the FULL tier (sandbox.require = \"full\"); the command does not run".into(),
         ),
         TierChoice::FsOnly => fs_only(),
-        TierChoice::Auto => match probe_full() {
+        TierChoice::Auto => match probe.map_or_else(probe_full, |p| p.verdict()) {
             Ok(()) => full(),
             // Out of user namespaces (the quota, not a setting) or of memory: a transient
             // failure is not a reason to run weaker.
@@ -227,20 +339,20 @@ mod tests {
 
     #[test]
     fn a_policy_that_requires_full_refuses_a_forced_fs_only() {
-        let e = select(TierChoice::FsOnly, Tier::Full, Some(7)).expect_err("refused");
+        let e = select(TierChoice::FsOnly, Tier::Full, Some(7), None).expect_err("refused");
         assert!(e.contains("sandbox.require"), "{e}");
     }
 
     #[test]
     fn fs_only_needs_landlock_with_scopes() {
-        assert!(select(TierChoice::FsOnly, Tier::FsOnly, None)
+        assert!(select(TierChoice::FsOnly, Tier::FsOnly, None, None)
             .expect_err("no landlock")
             .contains("Landlock is not available"));
-        assert!(select(TierChoice::FsOnly, Tier::FsOnly, Some(5))
+        assert!(select(TierChoice::FsOnly, Tier::FsOnly, Some(5), None)
             .expect_err("abi 5")
             .contains("ABI 5"));
         assert_eq!(
-            select(TierChoice::FsOnly, Tier::FsOnly, Some(6)),
+            select(TierChoice::FsOnly, Tier::FsOnly, Some(6), None),
             Ok(Tier::FsOnly)
         );
     }

@@ -361,7 +361,7 @@ both!(the_sandbox_cannot_answer_its_own_prompt, |f| {
          until [ -e id ]; do sleep 0.05; done; id=$(cat id); \
          cat {home}/.local/state/vetto/audit/approvals.db >/dev/null 2>&1 && echo 'store readable' || echo 'store unreadable'; \
          echo \"cli: $({bin}/vetto approvals grant \"$id\" --always 2>&1 | head -c 300)\"; \
-         for s in \"$XDG_RUNTIME_DIR\"/vetto/sessions/*/control.sock /tmp/vetto-*/sessions/*/control.sock; do [ -S \"$s\" ] && echo \"socket visible: $s\"; done; \
+         for s in \"$XDG_RUNTIME_DIR\"/vetto/sessions/*/control.sock /tmp/vetto-*/sessions/*/control.sock /dev/shm/vetto-*/sessions/*/control.sock; do [ -S \"$s\" ] && echo \"socket visible: $s\"; done; \
          python3 ctl.py \"$id\" 2>&1 | tail -n 1; \
          touch asked; wait; echo \"curl: $(cat result)\"",
         c = curl(port),
