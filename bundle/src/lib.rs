@@ -26,6 +26,7 @@ pub mod fsonly;
 pub mod gitmeta;
 pub mod host;
 pub mod import;
+pub mod listing;
 pub mod plan;
 pub mod policy;
 pub mod presets;

@@ -7,6 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobMatcher};
+
+pub use crate::listing::ListingCache;
+use crate::listing::{Listing, Stamp};
 use serde::Serialize;
 
 use crate::error::TranslateError;
@@ -265,13 +268,27 @@ pub fn scan_project(
     project: &Path,
     find_git: bool,
 ) -> Result<Scan, TranslateError> {
+    scan_project_cached(patterns, home, project, find_git, &mut ListingCache::none())
+}
+
+/// [`scan_project`], reusing the listings of directories unchanged since `cache` was saved
+/// (see [`crate::listing`]) and recording what it read; the caller saves it.
+pub fn scan_project_cached(
+    patterns: &[&Sourced<String>],
+    home: &Path,
+    project: &Path,
+    find_git: bool,
+    cache: &mut ListingCache,
+) -> Result<Scan, TranslateError> {
     for _ in 0..SCAN_ATTEMPTS {
         let mut visited = vec![];
-        let Some(scan) = scan_attempt(patterns, home, project, find_git, &mut visited)? else {
+        let Some(scan) = scan_attempt(patterns, home, project, find_git, &mut visited, cache)?
+        else {
             continue;
         };
         // A directory seen under two names was renamed during the walk (it may have hidden
-        // another one); so was one whose inode or entries differ now.
+        // another one); so was one whose inode or entries differ now (for a listing whose
+        // directory's ctime is old and unchanged, the ctime says so: see crate::listing).
         let mut inos: Vec<(u64, u64)> = visited.iter().map(|v| v.ino).collect();
         inos.sort_unstable();
         let distinct = inos.windows(2).all(|w| w[0] != w[1]);
@@ -296,31 +313,63 @@ struct Visited {
     path: PathBuf,
     /// (device, inode).
     ino: (u64, u64),
-    names: Vec<std::ffi::OsString>,
+    /// Its ctime when it was opened, and whether that is old enough to stand for its entries.
+    ctime: Stamp,
+    trusted: bool,
+    /// Its entries, sorted by name.
+    entries: Listing,
 }
 
 impl Visited {
     fn unchanged(&self) -> bool {
-        Dir::open_path(&self.path)
-            .and_then(|d| Ok((d.ino, sorted_names(&d.entries()?))))
-            .is_ok_and(|(ino, names)| ino == self.ino && names == self.names)
+        // The same directory at the same old ctime holds the same entries (crate::listing):
+        // one `lstat` says so.
+        if self.trusted {
+            use std::os::unix::fs::MetadataExt;
+            if let Ok(m) = std::fs::symlink_metadata(&self.path) {
+                if m.is_dir()
+                    && (m.dev(), m.ino()) == self.ino
+                    && (m.ctime(), m.ctime_nsec()) == self.ctime
+                {
+                    return true;
+                }
+            }
+        }
+        let Ok(d) = Dir::open_path(&self.path) else {
+            return false;
+        };
+        if d.ino != self.ino {
+            return false;
+        }
+        if self.trusted && d.ctime == self.ctime {
+            return true;
+        }
+        d.entries()
+            .ok()
+            .and_then(Listing::from_entries)
+            .is_some_and(|e| e.same_names(&self.entries))
     }
 }
 
-fn sorted_names(entries: &[(std::ffi::OsString, bool)]) -> Vec<std::ffi::OsString> {
-    let mut n: Vec<_> = entries.iter().map(|(n, _)| n.clone()).collect();
-    n.sort();
-    n
+/// A directory's listing: from `cache` when it holds this very directory unchanged, else
+/// read (and recorded there).
+fn listing(d: &Dir, cache: &mut ListingCache) -> std::io::Result<Listing> {
+    if let Some(e) = cache.get(d.ino, d.ctime) {
+        return Ok(e);
+    }
+    let e = Listing::from_entries(d.entries()?)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
+    cache.put(d.ino, d.ctime, &e);
+    Ok(e)
 }
-
-/// A directory entry: (name, is a directory).
-type Entry = (std::ffi::OsString, bool);
 
 /// A directory open for reading, with its inode (`O_NOFOLLOW`: never through a symlink).
 struct Dir {
     fd: std::os::fd::OwnedFd,
     /// (device, inode).
     ino: (u64, u64),
+    /// ctime when opened.
+    ctime: Stamp,
 }
 
 impl Dir {
@@ -340,6 +389,7 @@ impl Dir {
         Ok(Dir {
             fd,
             ino: (st.st_dev, st.st_ino),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
         })
     }
 
@@ -389,7 +439,7 @@ impl Dir {
     }
 
     /// (name, is a directory) of every entry but `.` and `..`, read through this descriptor.
-    fn entries(&self) -> std::io::Result<Vec<(std::ffi::OsString, bool)>> {
+    fn entries(&self) -> std::io::Result<Vec<crate::listing::Entry>> {
         use std::os::fd::AsRawFd;
         use std::os::unix::ffi::OsStrExt;
         // SAFETY: duplicating our own descriptor; fdopendir takes the duplicate.
@@ -454,6 +504,7 @@ fn scan_attempt(
     project: &Path,
     find_git: bool,
     visited: &mut Vec<Visited>,
+    cache: &mut ListingCache,
 ) -> Result<Option<Scan>, TranslateError> {
     let mut git_entries = vec![];
     let mut compiled = vec![];
@@ -511,19 +562,27 @@ fn scan_attempt(
         // Depth first, holding one descriptor per level: each directory is opened relative to
         // the descriptor of the one it was listed in, never by a path that a rename could
         // redirect, and its inode is recorded with the entries read from that descriptor.
-        let mut stack: Vec<(PathBuf, Dir, std::vec::IntoIter<Entry>)> = vec![];
-        let listed = root.entries().map_err(|e| err(project, e))?;
+        let mut stack: Vec<(PathBuf, Dir, Listing, usize)> = vec![];
+        let listed = listing(&root, cache).map_err(|e| err(project, e))?;
         visited.push(Visited {
             path: project.to_path_buf(),
             ino: root.ino,
-            names: sorted_names(&listed),
+            ctime: root.ctime,
+            trusted: cache.trusted(root.ctime),
+            entries: listed.clone(),
         });
-        stack.push((project.to_path_buf(), root, listed.into_iter()));
-        while let Some((dir, fd, it)) = stack.last_mut() {
-            let Some((name, is_dir)) = it.next() else {
+        stack.push((project.to_path_buf(), root, listed, 0));
+        while let Some((dir, fd, listed, next)) = stack.last_mut() {
+            // The listing is shared (a reference count), so the entry is borrowed, not copied.
+            let listed = listed.clone();
+            let Some(((name, is_dir), after)) = listed.next_at(*next) else {
                 stack.pop();
                 continue;
             };
+            *next = after;
+            let matched = names.iter().find(|(g, _)| g.is_match(name));
+            let descend = is_dir && !SCAN_SKIP.iter().any(|s| name == *s);
+            let is_git = find_git && name == ".git";
             budget = budget
                 .checked_sub(1)
                 .ok_or_else(|| TranslateError::SecretScan {
@@ -533,14 +592,17 @@ fn scan_attempt(
                          (e.g. `config/.env`) or narrow the project"
                     ),
                 })?;
-            let path = dir.join(&name);
-            if find_git && name == ".git" {
+            if matched.is_none() && !descend && !is_git {
+                continue;
+            }
+            let path = dir.join(name);
+            if is_git {
                 git_entries.push(path.clone());
             }
-            if let Some((_, s)) = names.iter().find(|(g, _)| g.is_match(&name)) {
+            if let Some((_, s)) = matched {
                 // Judged through the directory's descriptor: a path lookup now could land in
                 // another directory that a rename put at this path.
-                match fd.stat_child(&name) {
+                match fd.stat_child(name) {
                     Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
                         for m in resolve_match(&path, s)? {
                             add(Some(m));
@@ -569,8 +631,8 @@ fn scan_attempt(
                     continue;
                 }
             }
-            if is_dir && !SCAN_SKIP.iter().any(|s| name == *s) {
-                let child = match fd.open_child(&name) {
+            if descend {
+                let child = match fd.open_child(name) {
                     Ok(c) => c,
                     // Gone or replaced by a non-directory since it was listed: the listing
                     // check below sees the change and the walk is repeated.
@@ -585,13 +647,15 @@ fn scan_attempt(
                     }
                     Err(e) => return Err(err(&path, e)),
                 };
-                let listed = child.entries().map_err(|e| err(&path, e))?;
+                let listed = listing(&child, cache).map_err(|e| err(&path, e))?;
                 visited.push(Visited {
                     path: path.clone(),
                     ino: child.ino,
-                    names: sorted_names(&listed),
+                    ctime: child.ctime,
+                    trusted: cache.trusted(child.ctime),
+                    entries: listed.clone(),
                 });
-                stack.push((path, child, listed.into_iter()));
+                stack.push((path, child, listed, 0));
             }
         }
     }

@@ -581,6 +581,8 @@ pub struct FsOnly<'a> {
     pub runtime_root: &'a Path,
     /// The phase timings, begun by `vetto run`.
     pub phases: crate::run::Phases,
+    /// The project walk's listing cache, for the walk at the end.
+    pub listings: vetto_bundle::listing::ListingCache,
 }
 
 /// Run the command in the FS-ONLY tier; returns its exit status.
@@ -594,6 +596,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         session,
         runtime_root,
         phases: mut ph,
+        listings,
     } = r;
     if let Some(why) = network_refusal(t, args.git_ssh) {
         bail!("{why}");
@@ -882,7 +885,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     drop(tmp);
     drop(meta);
     let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
-        .then_some(facts.git_metadata.as_slice());
+        .then_some((facts.git_metadata.as_slice(), listings));
     crate::handoff::check(
         &t.handoff_watch,
         &t.handoff_links,

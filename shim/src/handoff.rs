@@ -40,8 +40,16 @@ fn plain_parents(project: &Path, p: &Path) -> bool {
 /// `.git` entries in the project now that were not there at start (`known`: the canonical
 /// metadata paths found then): repositories the sandbox made, whose configuration a host `git`
 /// run inside them (or an editor that scans subfolders for repositories) would read.
-fn new_repositories(project: &Path, known: &[PathBuf]) -> Vec<PathBuf> {
-    match vetto_bundle::secrets::scan_project(&[], project, project, true) {
+fn new_repositories(
+    project: &Path,
+    known: &[PathBuf],
+    listings: &mut vetto_bundle::listing::ListingCache,
+) -> Vec<PathBuf> {
+    let scan = vetto_bundle::secrets::scan_project_cached(&[], project, project, true, listings);
+    if scan.is_ok() {
+        let _ = listings.save();
+    }
+    match scan {
         Ok(scan) => scan
             .git_entries
             .into_iter()
@@ -55,12 +63,13 @@ fn new_repositories(project: &Path, known: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// Check the watched paths after the session, and (given the metadata paths known at start,
-/// when the project was writable) look for git repositories the sandbox created; report,
+/// when the project was writable, with the project walk's listing cache) look for git
+/// repositories the sandbox created; report,
 /// record and (with `remove`) remove.
 pub fn check(
     watch: &[PathBuf],
     links: &[(PathBuf, PathBuf)],
-    known_git: Option<&[PathBuf]>,
+    known_git: Option<(&[PathBuf], vetto_bundle::listing::ListingCache)>,
     action: HandoffAction,
     project: &Path,
     home: &Path,
@@ -68,7 +77,9 @@ pub fn check(
 ) -> Vec<Finding> {
     let mut out = vec![];
     let mut watch = watch.to_vec();
-    let created = known_git.map_or_else(Vec::new, |k| new_repositories(project, k));
+    let created = known_git.map_or_else(Vec::new, |(k, mut listings)| {
+        new_repositories(project, k, &mut listings)
+    });
     for g in created {
         if !watch.contains(&g) {
             watch.push(g);

@@ -437,7 +437,17 @@ pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation
     }
     let mut patterns = policy.secret_patterns();
     patterns.extend(audit.as_ref());
-    let scan = secrets::scan_project(&patterns, &facts.home, &facts.project, true)?;
+    let mut listings = crate::session::listing_cache(facts.uid, &facts.project);
+    let scan =
+        secrets::scan_project_cached(&patterns, &facts.home, &facts.project, true, &mut listings)?;
+    if let Err(e) = listings.save() {
+        tracing::debug!(error = %e, "the project's listing cache was not saved");
+    }
+    tracing::debug!(
+        reused = listings.hits,
+        read = listings.misses,
+        "project walk: directory listings"
+    );
     for g in &scan.git_entries {
         facts
             .git_metadata

@@ -328,6 +328,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     }
     session::sweep_stale(&root);
+    // The project walk's listing cache, for the walk at the end (opened here, before the
+    // supervisor enters its user namespace, where the runtime directory's owner shows as 0).
+    let listings = session::listing_cache(facts.uid, &facts.project);
     // FS-ONLY has no libcontainer state; its session directory holds the approvals' control
     // socket when the broker runs.
     if tier == Tier::FsOnly {
@@ -340,6 +343,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             session: &session::new_id(),
             runtime_root: &root,
             phases: ph,
+            listings,
         });
     }
     // The policy nested runs read as their ceiling (bound read-only below).
@@ -619,7 +623,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     drop(sess);
     // A read-only project cannot have gained a repository: no walk then.
     let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
-        .then_some(facts.git_metadata.as_slice());
+        .then_some((facts.git_metadata.as_slice(), listings));
     crate::handoff::check(
         &t.handoff_watch,
         &t.handoff_links,

@@ -167,6 +167,38 @@ pub fn runtime_root(uid: u32) -> Result<PathBuf> {
     Ok(root)
 }
 
+/// The project walk's listing cache for `project` (see `vetto_bundle::listing`), kept in the
+/// user's runtime directory; none when that directory cannot be made, or lies inside or
+/// around the project (where a sandbox could have written it).
+pub fn listing_cache(uid: u32, project: &Path) -> vetto_bundle::listing::ListingCache {
+    use vetto_bundle::listing::ListingCache;
+    let Ok(root) = runtime_root(uid) else {
+        return ListingCache::none();
+    };
+    let root = root.canonicalize().unwrap_or(root);
+    if root.starts_with(project) || project.starts_with(&root) {
+        return ListingCache::none();
+    }
+    let dir = root.join("listings");
+    if private_dir(&dir, uid).is_err() {
+        return ListingCache::none();
+    }
+    // One file per project, on what is often a tmpfs: those not used for a week go.
+    if let Ok(rd) = fs::read_dir(&dir) {
+        let week = std::time::Duration::from_secs(7 * 24 * 3600);
+        for e in rd.flatten() {
+            let stale = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > week));
+            if stale {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+    ListingCache::open(&dir, project)
+}
+
 /// Is `p` a directory on a tmpfs?
 fn is_tmpfs(p: &Path) -> bool {
     nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)

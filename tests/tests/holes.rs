@@ -462,3 +462,78 @@ both!(
         );
     }
 );
+
+// --- the project walk's listing cache (issue 18) --------------------------------------------
+
+both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
+    // Directories whose ctime is older than the cache's racy window, so that their listings
+    // are cached by the first run and reused by the next.
+    for d in ["old/deep", "elsewhere"] {
+        std::fs::create_dir_all(f.proj.join(d)).expect("mkdir");
+    }
+    f.own(&f.proj);
+    std::thread::sleep(Duration::from_millis(2_300));
+    let debug = [("RUST_LOG", "vetto=debug"), ("NO_COLOR", "1")];
+    let reused = |o: &std::process::Output| -> usize {
+        let e = err(o);
+        let at = e
+            .find("reused=")
+            .unwrap_or_else(|| panic!("no walk record: {e}"));
+        e[at + 7..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let check = |tier: &str, when: &str| {
+        let o = f.run_env(
+            &["--tier", tier],
+            &[
+                "/bin/sh",
+                "-c",
+                "cat old/.env old/deep/.env.local old/new/.env old/deep/.env 2>&1; echo end",
+            ],
+            &debug,
+        );
+        let text = out(&o);
+        assert!(text.ends_with("end\n"), "{tier}: {text} {}", err(&o));
+        assert!(
+            !text.contains("SECRET"),
+            "{tier}, {when}: a secret was shown: {text}"
+        );
+        // The cache was in use (the project's own directory was unchanged): the test is about
+        // it, not about a fresh walk.
+        assert!(
+            reused(&o) >= 1,
+            "{tier}: no listing was reused: {}",
+            err(&o)
+        );
+    };
+    for tier in ["full", "fs-only"] {
+        let o = f.run_env(&["--tier", tier], &["/bin/true"], &debug);
+        assert!(o.status.success(), "{tier}: {}", err(&o));
+        // Three ways a secret appears in a directory whose listing is cached: created there,
+        // renamed in from elsewhere, and in a new subdirectory. Checked once the changed
+        // directories' new ctimes are old enough to be trusted: only the ctimes' change tells
+        // them from the cached listings then.
+        let o = host_sh(
+            f,
+            &f.proj,
+            "echo SECRET-NEW > old/.env && echo SECRET-MOVED > elsewhere/x && \
+             mv elsewhere/x old/deep/.env.local && mkdir old/new && echo SECRET-SUB > old/new/.env",
+        );
+        assert!(o.status.success(), "{}", err(&o));
+        std::thread::sleep(Duration::from_millis(2_300));
+        check(tier, "after the racy window");
+        // And at once, within it.
+        let o = host_sh(f, &f.proj, "echo SECRET-NOW > old/deep/.env");
+        assert!(o.status.success(), "{}", err(&o));
+        check(tier, "within the racy window");
+        let o = host_sh(
+            f,
+            &f.proj,
+            "rm -r old/.env old/deep/.env.local old/deep/.env old/new",
+        );
+        assert!(o.status.success(), "{}", err(&o));
+    }
+});

@@ -1,0 +1,377 @@
+//! A cache of the project walk's directory listings, so that a start on an unchanged project
+//! of thousands of files opens and `fstat`s each directory instead of reading it.
+//!
+//! A listing is reused only for the very directory it was read from, unchanged since: the same
+//! (device, inode) and the same **ctime**, to the nanosecond. Adding, removing or renaming an
+//! entry updates the directory's ctime, and so does every `utimensat`, `chmod` or `chown`;
+//! unlike the mtime, the ctime cannot be set back from user space, so a directory cannot be
+//! made to look unchanged after a `.env` was put in it. A listing is stored only when its
+//! directory's ctime is older than [`RACY_SECS`] before the walk began: file system timestamps
+//! come from a coarse clock, so a change made in the same tick as the read could otherwise
+//! leave the ctime as it was (git's "racy clean" problem).
+//!
+//! The secret patterns are judged afresh on every walk (the cache holds names, not verdicts),
+//! and every matched entry is still `fstatat`ed and resolved then. The cache lives in the
+//! user's private runtime directory, out of every sandbox's reach; a missing, unreadable or
+//! malformed file is an empty cache.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// A directory entry as read: (name, is a directory).
+pub type Entry = (OsString, bool);
+
+/// A directory's change stamp: (seconds, nanoseconds) of its ctime.
+pub type Stamp = (i64, i64);
+
+/// Seconds a directory's ctime must lie before the walk's start for its listing to be kept.
+pub const RACY_SECS: i64 = 2;
+
+/// The file's magic and format version.
+const MAGIC: &[u8; 8] = b"vtlst002";
+
+/// One directory's entries, sorted by name, as records `[is_dir: u8][len: u16 LE][name]` in a
+/// shared buffer (the whole cache file, or the one listing read): iterating copies nothing.
+#[derive(Clone)]
+pub struct Listing {
+    buf: Rc<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Listing {
+    /// From entries read from a directory (sorted here). `None` if a name is longer than a
+    /// record holds (no Linux file system allows one).
+    pub fn from_entries(mut entries: Vec<Entry>) -> Option<Listing> {
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut b = Vec::with_capacity(entries.iter().map(|e| e.0.len() + 3).sum());
+        for (name, is_dir) in &entries {
+            let n = u16::try_from(name.len()).ok()?;
+            b.push(u8::from(*is_dir));
+            b.extend_from_slice(&n.to_le_bytes());
+            b.extend_from_slice(name.as_bytes());
+        }
+        let end = b.len();
+        Some(Listing {
+            buf: b.into(),
+            start: 0,
+            end,
+        })
+    }
+
+    /// The entries, in name order.
+    pub fn iter(&self) -> ListingIter<'_> {
+        ListingIter {
+            rest: &self.buf[self.start..self.end],
+        }
+    }
+
+    /// The entry at byte offset `pos` (0 for the first) and the offset of the next.
+    pub fn next_at(&self, pos: usize) -> Option<((&OsStr, bool), usize)> {
+        let b = self.buf.get(self.start.checked_add(pos)?..self.end)?;
+        let (rec, rest) = split_record(b)?;
+        Some((rec, self.end - self.start - rest.len()))
+    }
+
+    /// The raw records.
+    fn raw(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Do both hold the same names?
+    pub fn same_names(&self, other: &Listing) -> bool {
+        self.iter().map(|e| e.0).eq(other.iter().map(|e| e.0))
+    }
+}
+
+/// Iterator over a [`Listing`]: (name, is a directory).
+pub struct ListingIter<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for ListingIter<'a> {
+    type Item = (&'a OsStr, bool);
+    fn next(&mut self) -> Option<Self::Item> {
+        let (rec, rest) = split_record(self.rest)?;
+        self.rest = rest;
+        Some(rec)
+    }
+}
+
+/// The first record of `b` and what follows it; `None` at the end or on a short record
+/// (a listing's records were checked whole when it was made or parsed).
+fn split_record(b: &[u8]) -> Option<((&OsStr, bool), &[u8])> {
+    let (&flag, rest) = b.split_first()?;
+    let n = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
+    let name = rest.get(2..2 + n)?;
+    Some(((OsStr::from_bytes(name), flag == 1), &rest[2 + n..]))
+}
+
+/// The cached listings of one project.
+#[derive(Default)]
+pub struct ListingCache {
+    /// Where it is saved (`None`: kept in memory only).
+    file: Option<PathBuf>,
+    /// Loaded: (device, inode) → (ctime, listing).
+    old: HashMap<(u64, u64), (Stamp, Listing)>,
+    /// Seen in this walk and old enough to keep: what is saved.
+    new: HashMap<(u64, u64), (Stamp, Listing)>,
+    /// A ctime strictly before this is trusted.
+    trust_before: Stamp,
+    /// The project, and whether its file was read yet (on the first lookup, not at `open`).
+    project: PathBuf,
+    loaded: bool,
+    /// Listings reused.
+    pub hits: usize,
+    /// Listings read from the directory.
+    pub misses: usize,
+}
+
+impl ListingCache {
+    /// A cache that reuses nothing and saves nothing.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The cache for `project` in `dir` (which the caller keeps private), read on its first
+    /// lookup. Its trust horizon is fixed now: open it when the walk begins.
+    pub fn open(dir: &Path, project: &Path) -> Self {
+        let name = format!("{:016x}", fnv1a(project.as_os_str().as_bytes()));
+        let file = dir.join(name);
+        let horizon = std::time::SystemTime::now()
+            .checked_sub(std::time::Duration::from_secs(RACY_SECS as u64))
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or((0, 0), |d| {
+                (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+            });
+        ListingCache {
+            file: Some(file),
+            old: HashMap::new(),
+            new: HashMap::new(),
+            trust_before: horizon,
+            project: project.to_path_buf(),
+            loaded: false,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    fn load(&mut self) {
+        if self.loaded {
+            return;
+        }
+        self.loaded = true;
+        if let Some(file) = &self.file {
+            self.old = std::fs::read(file)
+                .ok()
+                .and_then(|b| parse(b.into(), &self.project))
+                .unwrap_or_default();
+        }
+    }
+
+    /// Is a listing taken at ctime `c` safe to trust by its ctime alone?
+    pub fn trusted(&self, c: Stamp) -> bool {
+        self.file.is_some() && c < self.trust_before
+    }
+
+    /// The listing of directory `ino` if it is cached at exactly ctime `c`.
+    pub fn get(&mut self, ino: (u64, u64), c: Stamp) -> Option<Listing> {
+        if !self.trusted(c) {
+            return None;
+        }
+        self.load();
+        let (stamp, listing) = self.old.get(&ino)?;
+        if *stamp != c {
+            return None;
+        }
+        let l = listing.clone();
+        self.new.insert(ino, (c, l.clone()));
+        self.hits += 1;
+        Some(l)
+    }
+
+    /// Record the listing just read from directory `ino` (whose ctime was `c` when opened,
+    /// before the read): kept only when `c` is old enough.
+    pub fn put(&mut self, ino: (u64, u64), c: Stamp, listing: &Listing) {
+        self.misses += 1;
+        if self.trusted(c) {
+            self.new.insert(ino, (c, listing.clone()));
+        }
+    }
+
+    /// Save what this walk saw (atomically: a temporary file renamed over the old one).
+    pub fn save(&self) -> std::io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        if self.new.is_empty() {
+            return Ok(());
+        }
+        let project = self.project.as_os_str().as_bytes();
+        let size: usize = self.new.values().map(|(_, l)| l.raw().len() + 48).sum();
+        let mut b = Vec::with_capacity(size + project.len() + 32);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&(project.len() as u64).to_le_bytes());
+        b.extend_from_slice(project);
+        b.extend_from_slice(&(self.new.len() as u64).to_le_bytes());
+        for ((dev, ino), ((s, ns), l)) in &self.new {
+            let raw = l.raw();
+            for v in [*dev, *ino, *s as u64, *ns as u64, raw.len() as u64] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend_from_slice(raw);
+        }
+        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+        let written = (|| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp)?;
+            f.write_all(&b)?;
+            std::fs::rename(&tmp, file)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
+    }
+}
+
+/// A little-endian reader over the file; `None` past its end.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<std::ops::Range<usize>> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len())?;
+        let r = self.at..end;
+        self.at = end;
+        Some(r)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        let r = self.take(8)?;
+        self.b[r].try_into().ok().map(u64::from_le_bytes)
+    }
+}
+
+/// The cached listings, if `buf` is a well-formed cache of `project` (a hash collision with
+/// another project's file is told apart by the path stored in it). Every record is checked
+/// here: a name is non-empty and holds no `/` or NUL, a flag is 0 or 1, sorted by name.
+fn parse(buf: Rc<[u8]>, project: &Path) -> Option<HashMap<(u64, u64), (Stamp, Listing)>> {
+    let mut r = Reader { b: &buf, at: 0 };
+    let magic = r.take(MAGIC.len())?;
+    let n = usize::try_from(r.u64()?).ok()?;
+    let p = r.take(n)?;
+    if &buf[magic] != MAGIC || &buf[p] != project.as_os_str().as_bytes() {
+        return None;
+    }
+    let dirs = r.u64()?;
+    let mut out = HashMap::with_capacity(dirs.min(1 << 16) as usize);
+    for _ in 0..dirs {
+        let (dev, ino, s, ns) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let len = usize::try_from(r.u64()?).ok()?;
+        let range = r.take(len)?;
+        let mut rest = &buf[range.clone()];
+        let mut prev: Option<&OsStr> = None;
+        while !rest.is_empty() {
+            if rest[0] > 1 {
+                return None;
+            }
+            let ((name, _), tail) = split_record(rest)?;
+            let bytes = name.as_bytes();
+            if bytes.is_empty() || bytes.contains(&b'/') || bytes.contains(&0) {
+                return None;
+            }
+            if prev.is_some_and(|p| p >= name) {
+                return None;
+            }
+            prev = Some(name);
+            rest = tail;
+        }
+        let listing = Listing {
+            buf: buf.clone(),
+            start: range.start,
+            end: range.end,
+        };
+        out.insert((dev, ino), ((s as i64, ns as i64), listing));
+    }
+    (r.at == buf.len()).then_some(out)
+}
+
+/// FNV-1a, 64 bits: the cache file's name from the project's path.
+fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(names: &[(&str, bool)]) -> Listing {
+        Listing::from_entries(names.iter().map(|(n, d)| (OsString::from(n), *d)).collect())
+            .expect("listing")
+    }
+
+    #[test]
+    fn a_listing_comes_back_only_for_the_same_inode_and_ctime() {
+        let t = tempfile::tempdir().expect("tmp");
+        let proj = Path::new("/p");
+        let mut c = ListingCache::open(t.path(), proj);
+        let old = (1_000, 5);
+        c.put((1, 2), old, &entries(&[("src", true), ("a", false)]));
+        // Too recent to keep.
+        c.put((1, 3), (i64::MAX, 0), &entries(&[("b", false)]));
+        c.save().expect("save");
+        let mut c = ListingCache::open(t.path(), proj);
+        let hit = c.get((1, 2), old).expect("hit");
+        let got: Vec<_> = hit.iter().collect();
+        assert_eq!(got, [(OsStr::new("a"), false), (OsStr::new("src"), true)]);
+        assert!(c.get((1, 2), (1_000, 6)).is_none(), "another ctime");
+        assert!(c.get((9, 2), old).is_none(), "another device");
+        assert!(c.get((1, 3), (i64::MAX, 0)).is_none(), "racy: never stored");
+        // Another project's file under the same name is not read as this one's.
+        assert!(ListingCache::open(t.path(), Path::new("/q"))
+            .get((1, 2), old)
+            .is_none());
+    }
+
+    #[test]
+    fn a_malformed_file_is_an_empty_cache() {
+        let t = tempfile::tempdir().expect("tmp");
+        let proj = Path::new("/p");
+        let mut c = ListingCache::open(t.path(), proj);
+        c.put((1, 2), (1_000, 0), &entries(&[("a", false)]));
+        c.save().expect("save");
+        let file = std::fs::read_dir(t.path())
+            .expect("ls")
+            .flatten()
+            .next()
+            .expect("the cache file")
+            .path();
+        let good = std::fs::read(&file).expect("read");
+        for cut in [good.len() - 1, 12, 0] {
+            std::fs::write(&file, &good[..cut]).expect("w");
+            assert!(ListingCache::open(t.path(), proj)
+                .get((1, 2), (1_000, 0))
+                .is_none());
+        }
+        let mut bad = good.clone();
+        let slash = bad.len() - 1;
+        bad[slash] = b'/';
+        std::fs::write(&file, &bad).expect("w");
+        assert!(ListingCache::open(t.path(), proj)
+            .get((1, 2), (1_000, 0))
+            .is_none());
+    }
+}
