@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -126,6 +127,8 @@ pub struct ListingCache {
     /// The project, and whether its file was read yet (on the first lookup, not at `open`).
     project: PathBuf,
     loaded: bool,
+    /// Per device: does its file system keep ctimes locally (see [`ctime_is_local`])?
+    local: HashMap<u64, bool>,
     /// Listings reused.
     pub hits: usize,
     /// Listings read from the directory.
@@ -156,6 +159,7 @@ impl ListingCache {
             trust_before: horizon,
             project: project.to_path_buf(),
             loaded: false,
+            local: HashMap::new(),
             hits: 0,
             misses: 0,
         }
@@ -174,14 +178,23 @@ impl ListingCache {
         }
     }
 
-    /// Is a listing taken at ctime `c` safe to trust by its ctime alone?
-    pub fn trusted(&self, c: Stamp) -> bool {
-        self.file.is_some() && c < self.trust_before
+    /// May the directory open as `fd` (on device `dev`, encrypted or not, at ctime `c`) be
+    /// known by its ctime alone? Only on a file system whose kernel keeps the ctime itself
+    /// (not FUSE, NFS, 9p, virtiofs, overlayfs, FAT…: there the ctime comes from elsewhere or
+    /// can be set), not for an fscrypt directory (its names differ locked and unlocked, and
+    /// unlocking does not change the ctime), and only when the ctime is older than the
+    /// horizon.
+    pub fn trusted(&mut self, dev: u64, fd: RawFd, encrypted: bool, c: Stamp) -> bool {
+        if self.file.is_none() || encrypted || c >= self.trust_before {
+            return false;
+        }
+        *self.local.entry(dev).or_insert_with(|| ctime_is_local(fd))
     }
 
-    /// The listing of directory `ino` if it is cached at exactly ctime `c`.
-    pub fn get(&mut self, ino: (u64, u64), c: Stamp) -> Option<Listing> {
-        if !self.trusted(c) {
+    /// The listing of directory `ino` if it is cached at exactly ctime `c` (`trusted`: what
+    /// [`Self::trusted`] said of it).
+    pub fn get(&mut self, ino: (u64, u64), c: Stamp, trusted: bool) -> Option<Listing> {
+        if !trusted {
             return None;
         }
         self.load();
@@ -197,9 +210,9 @@ impl ListingCache {
 
     /// Record the listing just read from directory `ino` (whose ctime was `c` when opened,
     /// before the read): kept only when `c` is old enough.
-    pub fn put(&mut self, ino: (u64, u64), c: Stamp, listing: &Listing) {
+    pub fn put(&mut self, ino: (u64, u64), c: Stamp, trusted: bool, listing: &Listing) {
         self.misses += 1;
-        if self.trusted(c) {
+        if trusted {
             self.new.insert(ino, (c, listing.clone()));
         }
     }
@@ -210,6 +223,14 @@ impl ListingCache {
             return Ok(());
         };
         if self.new.is_empty() {
+            return Ok(());
+        }
+        // Every listing came from the file and nothing was read: the file says the same
+        // already (it is still rewritten once a day, so the week-old sweep spares it).
+        let fresh = std::fs::metadata(file)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() < 24 * 3600));
+        if self.misses == 0 && self.new.len() == self.old.len() && fresh {
             return Ok(());
         }
         let project = self.project.as_os_str().as_bytes();
@@ -227,6 +248,8 @@ impl ListingCache {
             b.extend_from_slice(raw);
         }
         let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+        // One a crashed process of the same pid left.
+        let _ = std::fs::remove_file(&tmp);
         let written = (|| {
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
@@ -307,6 +330,27 @@ fn parse(buf: Rc<[u8]>, project: &Path) -> Option<HashMap<(u64, u64), (Stamp, Li
     (r.at == buf.len()).then_some(out)
 }
 
+/// Does the file system of `fd` keep directory ctimes in the kernel, where no one can set
+/// them: ext2/3/4, xfs, btrfs, tmpfs, f2fs, bcachefs. Anything else (or an error) is not
+/// cached.
+fn ctime_is_local(fd: RawFd) -> bool {
+    const LOCAL: [i64; 6] = [
+        0xEF53,      // ext2, ext3, ext4
+        0x5846_5342, // xfs
+        0x9123_683E, // btrfs
+        0x0102_1994, // tmpfs
+        0xF2F5_2010, // f2fs
+        0xCA45_1A4E, // bcachefs
+    ];
+    // SAFETY: an all-zero statfs is valid for the kernel to fill.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on a descriptor the caller holds open, into a local.
+    if unsafe { libc::fstatfs(fd, &mut s) } != 0 {
+        return false;
+    }
+    LOCAL.contains(&(s.f_type as i64))
+}
+
 /// FNV-1a, 64 bits: the cache file's name from the project's path.
 fn fnv1a(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
@@ -329,21 +373,43 @@ mod tests {
         let proj = Path::new("/p");
         let mut c = ListingCache::open(t.path(), proj);
         let old = (1_000, 5);
-        c.put((1, 2), old, &entries(&[("src", true), ("a", false)]));
+        c.put((1, 2), old, true, &entries(&[("src", true), ("a", false)]));
         // Too recent to keep.
-        c.put((1, 3), (i64::MAX, 0), &entries(&[("b", false)]));
+        c.put((1, 3), (i64::MAX, 0), false, &entries(&[("b", false)]));
         c.save().expect("save");
         let mut c = ListingCache::open(t.path(), proj);
-        let hit = c.get((1, 2), old).expect("hit");
+        let hit = c.get((1, 2), old, true).expect("hit");
         let got: Vec<_> = hit.iter().collect();
         assert_eq!(got, [(OsStr::new("a"), false), (OsStr::new("src"), true)]);
-        assert!(c.get((1, 2), (1_000, 6)).is_none(), "another ctime");
-        assert!(c.get((9, 2), old).is_none(), "another device");
-        assert!(c.get((1, 3), (i64::MAX, 0)).is_none(), "racy: never stored");
+        assert!(c.get((1, 2), (1_000, 6), true).is_none(), "another ctime");
+        assert!(c.get((9, 2), old, true).is_none(), "another device");
+        assert!(
+            c.get((1, 3), (i64::MAX, 0), true).is_none(),
+            "racy: never stored"
+        );
         // Another project's file under the same name is not read as this one's.
         assert!(ListingCache::open(t.path(), Path::new("/q"))
-            .get((1, 2), old)
+            .get((1, 2), old, true)
             .is_none());
+    }
+
+    #[test]
+    fn trust_needs_an_old_ctime_a_local_file_system_and_no_encryption() {
+        use std::os::fd::AsRawFd;
+        let t = tempfile::tempdir().expect("tmp");
+        let dir = std::fs::File::open(t.path()).expect("open");
+        let fd = dir.as_raw_fd();
+        let mut c = ListingCache::open(t.path(), Path::new("/p"));
+        // The temporary directory is on ext4 or tmpfs here.
+        assert!(c.trusted(1, fd, false, (1_000, 0)));
+        assert!(!c.trusted(1, fd, true, (1_000, 0)), "encrypted");
+        assert!(!c.trusted(1, fd, false, (i64::MAX, 0)), "too recent");
+        let proc_fs = std::fs::File::open("/proc").expect("proc");
+        assert!(
+            !c.trusted(2, proc_fs.as_raw_fd(), false, (1_000, 0)),
+            "not a local-ctime file system"
+        );
+        assert!(!ListingCache::none().trusted(1, fd, false, (1_000, 0)));
     }
 
     #[test]
@@ -351,7 +417,7 @@ mod tests {
         let t = tempfile::tempdir().expect("tmp");
         let proj = Path::new("/p");
         let mut c = ListingCache::open(t.path(), proj);
-        c.put((1, 2), (1_000, 0), &entries(&[("a", false)]));
+        c.put((1, 2), (1_000, 0), true, &entries(&[("a", false)]));
         c.save().expect("save");
         let file = std::fs::read_dir(t.path())
             .expect("ls")
@@ -363,7 +429,7 @@ mod tests {
         for cut in [good.len() - 1, 12, 0] {
             std::fs::write(&file, &good[..cut]).expect("w");
             assert!(ListingCache::open(t.path(), proj)
-                .get((1, 2), (1_000, 0))
+                .get((1, 2), (1_000, 0), true)
                 .is_none());
         }
         let mut bad = good.clone();
@@ -371,7 +437,7 @@ mod tests {
         bad[slash] = b'/';
         std::fs::write(&file, &bad).expect("w");
         assert!(ListingCache::open(t.path(), proj)
-            .get((1, 2), (1_000, 0))
+            .get((1, 2), (1_000, 0), true)
             .is_none());
     }
 }

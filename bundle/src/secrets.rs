@@ -353,14 +353,17 @@ impl Visited {
 
 /// A directory's listing: from `cache` when it holds this very directory unchanged, else
 /// read (and recorded there).
-fn listing(d: &Dir, cache: &mut ListingCache) -> std::io::Result<Listing> {
-    if let Some(e) = cache.get(d.ino, d.ctime) {
-        return Ok(e);
+/// Also whether its ctime may stand for its entries ([`ListingCache::trusted`]).
+fn listing(d: &Dir, cache: &mut ListingCache) -> std::io::Result<(Listing, bool)> {
+    use std::os::fd::AsRawFd;
+    let trusted = cache.trusted(d.ino.0, d.fd.as_raw_fd(), d.encrypted, d.ctime);
+    if let Some(e) = cache.get(d.ino, d.ctime, trusted) {
+        return Ok((e, trusted));
     }
     let e = Listing::from_entries(d.entries()?)
         .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
-    cache.put(d.ino, d.ctime, &e);
-    Ok(e)
+    cache.put(d.ino, d.ctime, trusted, &e);
+    Ok((e, trusted))
 }
 
 /// A directory open for reading, with its inode (`O_NOFOLLOW`: never through a symlink).
@@ -370,6 +373,8 @@ struct Dir {
     ino: (u64, u64),
     /// ctime when opened.
     ctime: Stamp,
+    /// An fscrypt directory (`STATX_ATTR_ENCRYPTED`).
+    encrypted: bool,
 }
 
 impl Dir {
@@ -380,16 +385,29 @@ impl Dir {
         }
         // SAFETY: the kernel just returned this descriptor; nothing else owns it.
         let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
-        // SAFETY: fstat fills a zeroed struct we own; the descriptor is valid.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        // SAFETY: an all-zero statx is valid for the kernel to fill.
+        let mut st: libc::statx = unsafe { std::mem::zeroed() };
+        // SAFETY: statx of the open descriptor itself (empty path), into a local.
+        let r = unsafe {
+            libc::statx(
+                fd.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_EMPTY_PATH,
+                libc::STATX_BASIC_STATS,
+                &mut st,
+            )
+        };
+        if r != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(Dir {
             fd,
-            ino: (st.st_dev, st.st_ino),
-            ctime: (st.st_ctime, st.st_ctime_nsec),
+            ino: (
+                libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+                st.stx_ino,
+            ),
+            ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
+            encrypted: st.stx_attributes & libc::STATX_ATTR_ENCRYPTED as u64 != 0,
         })
     }
 
@@ -563,12 +581,12 @@ fn scan_attempt(
         // the descriptor of the one it was listed in, never by a path that a rename could
         // redirect, and its inode is recorded with the entries read from that descriptor.
         let mut stack: Vec<(PathBuf, Dir, Listing, usize)> = vec![];
-        let listed = listing(&root, cache).map_err(|e| err(project, e))?;
+        let (listed, trusted) = listing(&root, cache).map_err(|e| err(project, e))?;
         visited.push(Visited {
             path: project.to_path_buf(),
             ino: root.ino,
             ctime: root.ctime,
-            trusted: cache.trusted(root.ctime),
+            trusted,
             entries: listed.clone(),
         });
         stack.push((project.to_path_buf(), root, listed, 0));
@@ -647,12 +665,12 @@ fn scan_attempt(
                     }
                     Err(e) => return Err(err(&path, e)),
                 };
-                let listed = listing(&child, cache).map_err(|e| err(&path, e))?;
+                let (listed, trusted) = listing(&child, cache).map_err(|e| err(&path, e))?;
                 visited.push(Visited {
                     path: path.clone(),
                     ino: child.ino,
                     ctime: child.ctime,
-                    trusted: cache.trusted(child.ctime),
+                    trusted,
                     entries: listed.clone(),
                 });
                 stack.push((path, child, listed, 0));

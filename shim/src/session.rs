@@ -158,32 +158,38 @@ pub fn runtime_root(uid: u32) -> Result<PathBuf> {
     // XDG_RUNTIME_DIR would be. A session creates a few dozen files and directories and
     // removes them at its end; on a disk file system that churn costs milliseconds per start
     // (ext4 inode allocation), on tmpfs microseconds. Else the temporary directory.
-    let base = match is_tmpfs(Path::new("/dev/shm")) {
-        true => PathBuf::from("/dev/shm"),
-        false => std::env::temp_dir(),
-    };
-    let root = base.join(format!("vetto-{uid}"));
+    // /dev/shm is world-writable: a name another user took there is passed over (with a
+    // warning) for the temporary directory, which may be private to the user.
+    if is_tmpfs(Path::new("/dev/shm")) {
+        let root = PathBuf::from(format!("/dev/shm/vetto-{uid}"));
+        match private_dir(&root, uid) {
+            Ok(()) => return Ok(root),
+            Err(e) => eprintln!("vetto: not using {}: {e:#}", root.display()),
+        }
+    }
+    let root = std::env::temp_dir().join(format!("vetto-{uid}"));
     private_dir(&root, uid)?;
     Ok(root)
 }
 
-/// The project walk's listing cache for `project` (see `vetto_bundle::listing`), kept in the
-/// user's runtime directory; none when that directory cannot be made, or lies inside or
-/// around the project (where a sandbox could have written it).
+/// The project walk's listing cache for `project` (see `vetto_bundle::listing`). It decides
+/// what is masked, so it lives where no sandbox can reach: in vetto's audit directory
+/// (`~/.local/state/vetto/audit/listings`), which every sandbox has masked and no writable
+/// root may hold (`policy_cmd::audit_mask`). None when that directory does not exist (audit
+/// never set up), cannot be made private, or lies inside or around the project.
 pub fn listing_cache(uid: u32, project: &Path) -> vetto_bundle::listing::ListingCache {
     use vetto_bundle::listing::ListingCache;
-    let Ok(root) = runtime_root(uid) else {
+    let Some(audit) = vetto_broker::audit::user_dir().and_then(|d| d.canonicalize().ok()) else {
         return ListingCache::none();
     };
-    let root = root.canonicalize().unwrap_or(root);
-    if root.starts_with(project) || project.starts_with(&root) {
+    if audit.starts_with(project) || project.starts_with(&audit) {
         return ListingCache::none();
     }
-    let dir = root.join("listings");
+    let dir = audit.join("listings");
     if private_dir(&dir, uid).is_err() {
         return ListingCache::none();
     }
-    // One file per project, on what is often a tmpfs: those not used for a week go.
+    // One file per project: those not used for a week go.
     if let Ok(rd) = fs::read_dir(&dir) {
         let week = std::time::Duration::from_secs(7 * 24 * 3600);
         for e in rd.flatten() {

@@ -353,22 +353,49 @@ pub fn stop(child: Child) {
     let pidfd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
     // SAFETY: kill(2) on our unreaped child: its pid cannot have been reused.
     let termed = unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
+    let deadline = std::time::Instant::now() + STOP_GRACE;
     let exited = termed
-        && pidfd.as_ref().is_some_and(|fd| {
-            let mut p = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = STOP_GRACE.as_millis() as libc::c_int;
-            loop {
-                // SAFETY: one pollfd we own, for the given count.
-                let r = unsafe { libc::poll(&mut p, 1, ms) };
-                if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                    return r > 0;
+        && match &pidfd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                loop {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    // SAFETY: one pollfd we own, for the given count.
+                    let r = unsafe { libc::poll(&mut p, 1, left.as_millis() as libc::c_int) };
+                    if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)
+                    {
+                        break r > 0;
+                    }
                 }
             }
-        });
+            // No pidfd (an old kernel, a seccomp profile around vetto): look, without reaping,
+            // every half millisecond.
+            None => loop {
+                // SAFETY: an all-zero siginfo is valid for the kernel to fill.
+                let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                // SAFETY: waitid on our own child with WNOWAIT: it stays reapable below.
+                let r = unsafe {
+                    libc::waitid(
+                        libc::P_PID,
+                        pid as libc::id_t,
+                        &mut info,
+                        libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                    )
+                };
+                // SAFETY: filled by waitid (si_pid 0: still running).
+                if r == 0 && unsafe { info.si_pid() } == pid {
+                    break true;
+                }
+                if r != 0 || std::time::Instant::now() >= deadline {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            },
+        };
     if !exited {
         // SAFETY: as above: not yet reaped.
         unsafe { libc::kill(pid, libc::SIGKILL) };
