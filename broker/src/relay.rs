@@ -120,9 +120,18 @@ struct Pipe {
     wr: OwnedFd,
 }
 
+/// The splice pipe's capacity asked for: a pipe holds 64 KiB by default, so each pair of
+/// splices (and each wake-up) moved at most that; 1 MiB (the unprivileged maximum,
+/// `fs.pipe-max-size`) moves sixteen times as much per call. The pages are taken only while
+/// bytes are in flight; when the user's pipe quota (`fs.pipe-user-pages-soft`) is spent the
+/// kernel refuses and the default size stays.
+const PIPE_SIZE: libc::c_int = 1 << 20;
+
 impl Pipe {
     fn new() -> Option<Self> {
         let (rd, wr) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).ok()?;
+        // SAFETY: fcntl(F_SETPIPE_SZ) on a pipe we own; integer arguments only.
+        let _ = unsafe { libc::fcntl(wr.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
         Some(Pipe { rd, wr })
     }
 }
@@ -144,7 +153,7 @@ async fn splice_pump(
         // The pipe is empty here, so EAGAIN can only mean the socket has nothing to read.
         // (async_io waits for readiness and retries on WouldBlock.)
         let n = r
-            .async_io(Interest::READABLE, || splice(r, &pipe.wr, BUF_MAX))
+            .async_io(Interest::READABLE, || splice(r, &pipe.wr, PIPE_SIZE as usize))
             .await?;
         if n == 0 {
             shutdown_write(w);
