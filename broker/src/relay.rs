@@ -153,7 +153,9 @@ async fn splice_pump(
         // The pipe is empty here, so EAGAIN can only mean the socket has nothing to read.
         // (async_io waits for readiness and retries on WouldBlock.)
         let n = r
-            .async_io(Interest::READABLE, || splice(r, &pipe.wr, PIPE_SIZE as usize))
+            .async_io(Interest::READABLE, || {
+                splice(r, &pipe.wr, PIPE_SIZE as usize)
+            })
             .await?;
         if n == 0 {
             shutdown_write(w);
