@@ -48,6 +48,7 @@ P="$work/proj"
 BWRAP="bwrap --ro-bind / / --tmpfs /tmp --bind $P $P --dev /dev --proc /proc --unshare-all --die-with-parent --chdir $P /bin/true"
 VRUN="$work/bin/vetto run --no-user-policy -- /bin/true"
 VRUN_NOAUDIT="$work/bin/vetto run --no-user-policy --no-audit -- /bin/true"
+VRUN_FS="$work/bin/vetto run --no-user-policy --tier fs-only -- /bin/true"
 # Root's audit store for the bench is the bench's own (nobody's is under $work/home).
 export XDG_STATE_HOME="$work/state-root"
 CRUN="crun --root $work/crun-state --cgroup-manager=disabled run --bundle $work/crun"
@@ -72,6 +73,7 @@ add "true" /bin/true
 add "bwrap root" $BWRAP
 add "vetto root" $VRUN
 add "vetto root (no audit)" $VRUN_NOAUDIT
+add "vetto root FS-ONLY" $VRUN_FS
 add "crun root" $CRUN_ROOT bench-root
 if [ "${#names[@]}" -gt 0 ] && [ "${names[-1]}" != "crun root" ]; then
   add "v2-view wrapper root" unshare -m sh -c "$V2VIEW && /bin/true"
@@ -81,6 +83,7 @@ add "setpriv true" $AS_NOBODY /bin/true
 add "bwrap rootless" $AS_NOBODY $BWRAP
 add "vetto rootless" $AS_NOBODY $VRUN
 add "vetto rootless (no audit)" $AS_NOBODY $VRUN_NOAUDIT
+add "vetto rootless FS-ONLY" $AS_NOBODY $VRUN_FS
 add "crun rootless" $AS_NOBODY $CRUN bench-rl
 if [ "${names[-1]}" != "crun rootless" ]; then
   add "v2-view wrapper rootless" $AS_NOBODY unshare -Urm sh -c "$V2VIEW && /bin/true"
@@ -98,7 +101,7 @@ r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
 ms = lambda n: r[n]["mean"] * 1e3 if n in r else float("nan")
 print(f'{"command":<26}{"mean ms":>10}{"± ms":>8}{"× bwrap (same mode)":>22}   (target for vetto: <= 1.5x)')
 for n in r:
-    mode = "rootless" if "rootless" in n else "root"
+    mode = "rootless" if "rootless" in n else "root"  # "vetto root FS-ONLY" is root
     base = ms(f"bwrap {mode}")
     ratio = f'{ms(n) / base:.2f}' if n.split()[0] in ("vetto", "crun", "bwrap") else ""
     print(f'{n:<26}{ms(n):>10.2f}{r[n]["stddev"] * 1e3:>8.2f}{ratio:>22}')
