@@ -159,7 +159,7 @@ expect podman_documented_tmpfs_form $'x\ntmpfs-ok\nend' "$out"
 refute podman_image_metadata_is_read_only IMAGE-CHMOD "$out"
 
 if "${PODMAN[@]}" run -d --name e2e-d --network none "${UL[@]}" --annotation dev.vetto.policy=default \
-  -v "$ws:/workspace" localhost/vetto-e2e sleep 300 >"$LOGS/podman-d" 2>&1; then
+  -v "$ws:/workspace" localhost/vetto-e2e sleep 321 >"$LOGS/podman-d" 2>&1; then
   ok podman_run_detached
   out=$("${PODMAN[@]}" exec -e GH_TOKEN=x e2e-d sh -c "$HARD_CHECK" 2>&1)
   expect podman_exec_is_hardened_too $'env=[]\ntoken=[]\netc=denied\nptrace: Operation not permitted\nSeccomp_filters:\t2' "$out"
@@ -179,7 +179,9 @@ for e in ev:
   st=$("${PODMAN[@]}" inspect -f '{{.State.Status}}' e2e-d 2>&1)
   [ "$st" = running ] && ok podman_unpause || bad podman_unpause "status: $st"
   "${PODMAN[@]}" rm -f -t 0 e2e-d >/dev/null 2>&1
-  if "${PODMAN[@]}" container exists e2e-d || pgrep -f 'sleep 300' >/dev/null; then
+  # The container's own command line, exactly (a host process that happens to run a
+  # `sleep 300` of its own is not the container's).
+  if "${PODMAN[@]}" container exists e2e-d || pgrep -xf 'sleep 321' >/dev/null; then
     bad podman_rm_force "container or its process still there"
   else
     ok podman_rm_force
