@@ -25,6 +25,7 @@ pub mod notify;
 pub mod oci_seccomp;
 pub mod process;
 pub mod seccomp;
+pub mod stdio;
 pub mod syscalls;
 
 #[cfg(test)]

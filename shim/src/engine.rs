@@ -107,6 +107,8 @@ impl Executor for VettoExecutor {
             report(self.mode, &msg);
             ExecutorValidationError::ArgValidationError(msg)
         };
+        // libcontainer has just replaced a caller's /dev/null stdio by a read-only one.
+        vetto_hooks::stdio::reopen_dev_null().map_err(|e| invalid(e.to_string()))?;
         match self.mode {
             // Runs after libcontainer's id switch and capability drop, which would clear it.
             Mode::Supervised { .. } => match self.hardening.parent_death {

@@ -18,6 +18,40 @@ both!(env_file_reads_empty, |f| {
     assert!(host.contains("dummy-secret-value"));
 });
 
+both!(a_dev_null_stdout_and_stderr_stay_writable, |f| {
+    // `vetto run -- make >/dev/null 2>&1`: libcontainer swaps a caller's /dev/null for the
+    // container's, read-only, and every write failed with EBADF. Both tiers.
+    // (In FS-ONLY the project's top holds .env, so only its subdirectories take new files.)
+    let dir = f.proj.join("out");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    f.own(&dir);
+    for tier in ["full", "fs-only"] {
+        let _ = std::fs::remove_file(dir.join("w.txt"));
+        let script = "echo out; a=$?; echo err >&2; b=$?; printf '%s %s\\n' $a $b > out/w.txt; \
+                      date && cat /dev/null";
+        let o = f
+            .run_command(
+                &["--tier", tier, "--quiet"],
+                &["/bin/sh", "-c", script],
+                &f.base_env(),
+            )
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run vetto");
+        let w = std::fs::read_to_string(dir.join("w.txt")).unwrap_or_default();
+        if !o.success() || w != "0 0\n" {
+            // Once more with stderr kept, to say why.
+            let again = f.run_sh(&["--tier", tier, "--quiet"], script);
+            panic!(
+                "{tier}: {o:?}, the writes' exit statuses {w:?}; with stderr kept: {}",
+                err(&again)
+            );
+        }
+    }
+});
+
 both!(symlinked_env_masks_its_target, |f| {
     // .env.local -> ~/.ssh/id_ed25519 ; a second link from an unmasked name must be masked too
     std::os::unix::fs::symlink(f.home.join(".ssh/id_ed25519"), f.proj.join(".env.local"))

@@ -340,6 +340,39 @@ fn bundle_seccomp_profile_is_enforced() {
 }
 
 #[test]
+fn a_dev_null_stdout_stays_writable() {
+    // runc's reOpenDevNull opens the container's /dev/null read-write; libcontainer's opens
+    // it read-only, so `vetto-shim run ... >/dev/null` failed every write (EBADF).
+    let Some(w) = World::new() else { return };
+    w.with_workspace();
+    w.script("echo out; a=$?; echo err >&2; b=$?; echo \"$a $b\" > /workspace/w.txt");
+    for (policy, id) in [(None, "c-null"), (Some("default"), "c-null-hard")] {
+        let b = w.bundle();
+        let mut args: Vec<&str> = policy
+            .map(|p| vec!["--vetto-policy", p])
+            .unwrap_or_default();
+        args.extend(["run", "--bundle", b.to_str().expect("utf8"), id]);
+        let st = w
+            .shim_cmd(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("spawn vetto-shim");
+        let got = std::fs::read_to_string(w.ws().join("w.txt")).unwrap_or_default();
+        assert_eq!(
+            got,
+            "0 0\n",
+            "{id}: the writes' exit statuses ({st:?}): {}",
+            w.last_error()
+        );
+        assert!(st.success(), "{id}: {st:?}");
+        let _ = std::fs::remove_file(w.ws().join("w.txt"));
+        assert!(w.nothing_left(id));
+    }
+}
+
+#[test]
 fn hardened_bundle_masks_secrets_and_limits_writes() {
     let Some(w) = World::new() else { return };
     w.with_workspace();
