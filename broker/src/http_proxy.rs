@@ -30,7 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 
-use crate::relay::{relay, RelayEnd, RelayStats};
+use crate::relay::{relay, Moved, RelayEnd};
 use crate::server::{
     close_after_refusal, decide_and_dial, sanitize, EventDecision, Record, Refusal, Shared,
     HANDSHAKE_TIMEOUT, HTTP_HEAD_LIMIT, REJECT_TIMEOUT,
@@ -272,7 +272,7 @@ async fn tunnel(
     if let Err(e) = stream.write_all(ESTABLISHED).await {
         return rec.deny("client-error", format!("writing the 200 response: {e}"));
     }
-    let stats = relay(stream, upstream, leftover, shared.idle).await;
+    let stats = relay(stream, upstream, leftover, shared.idle, &rec.moved).await;
     rec.relayed(stats);
 }
 
@@ -300,8 +300,16 @@ async fn forward(shared: &Shared, stream: TcpStream, rec: &mut Record, line: &st
         Err(r) => return send_refusal(stream, rec, &r).await,
     };
     let mut client = stream;
-    let stats = exchange(&mut client, upstream, &request, &head.leftover, shared.idle).await;
-    let closed = matches!(stats.end, RelayEnd::Closed);
+    let stats = exchange(
+        &mut client,
+        upstream,
+        &request,
+        &head.leftover,
+        shared.idle,
+        &rec.moved,
+    )
+    .await;
+    let closed = matches!(stats, RelayEnd::Closed);
     rec.relayed(stats);
     if closed {
         // The response went out whole: FIN, then discard what the client still sends for
@@ -336,14 +344,13 @@ const RESPONSE_BUF_START: usize = 4 * 1024;
 const RESPONSE_BUF_MAX: usize = 64 * 1024;
 
 /// Byte counters and the last activity of an [`exchange`].
-struct Progress {
+struct Progress<'a> {
     start: Instant,
     last_ms: AtomicU64,
-    up: AtomicU64,
-    down: AtomicU64,
+    moved: &'a Moved,
 }
 
-impl Progress {
+impl Progress<'_> {
     fn touch(&self) {
         let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.store(ms, Ordering::Relaxed);
@@ -375,16 +382,16 @@ async fn exchange(
     request: &UpstreamRequest,
     leftover: &[u8],
     idle: Duration,
-) -> RelayStats {
+    moved: &Moved,
+) -> RelayEnd {
     let p = Progress {
         start: Instant::now(),
         last_ms: AtomicU64::new(0),
-        up: AtomicU64::new(0),
-        down: AtomicU64::new(0),
+        moved,
     };
     let (mut cr, mut cw) = client.split();
     let (mut ur, mut uw) = upstream.split();
-    let end = {
+    {
         let p = &p;
         let send = async {
             match send_request(&mut cr, &mut uw, request, leftover, p).await {
@@ -405,7 +412,7 @@ async fn exchange(
                 }
                 p.touch();
                 cw.write_all(&buf[..n]).await?;
-                p.down.fetch_add(n as u64, Ordering::Relaxed);
+                p.moved.down.fetch_add(n as u64, Ordering::Relaxed);
                 p.touch();
                 if n == buf.len() && buf.len() < RESPONSE_BUF_MAX {
                     buf.resize((buf.len() * 4).min(RESPONSE_BUF_MAX), 0);
@@ -429,11 +436,6 @@ async fn exchange(
             },
             () = watchdog => RelayEnd::IdleTimeout,
         }
-    };
-    RelayStats {
-        up: p.up.load(Ordering::Relaxed),
-        down: p.down.load(Ordering::Relaxed),
-        end,
     }
 }
 
@@ -441,13 +443,13 @@ async fn exchange(
 async fn send_up<W: AsyncWriteExt + Unpin>(
     w: &mut W,
     data: &[u8],
-    p: &Progress,
+    p: &Progress<'_>,
 ) -> Result<(), SendError> {
     if data.is_empty() {
         return Ok(());
     }
     w.write_all(data).await.map_err(|_| SendError::Upstream)?;
-    p.up.fetch_add(data.len() as u64, Ordering::Relaxed);
+    p.moved.up.fetch_add(data.len() as u64, Ordering::Relaxed);
     p.touch();
     Ok(())
 }
@@ -457,7 +459,7 @@ async fn read_body<R: AsyncReadExt + Unpin>(
     r: &mut R,
     buf: &mut [u8],
     max: usize,
-    p: &Progress,
+    p: &Progress<'_>,
 ) -> Result<usize, SendError> {
     let want = buf.len().min(max);
     let n = r.read(&mut buf[..want]).await.map_err(SendError::Client)?;
@@ -477,7 +479,7 @@ async fn send_request<R, W>(
     upstream: &mut W,
     request: &UpstreamRequest,
     leftover: &[u8],
-    p: &Progress,
+    p: &Progress<'_>,
 ) -> Result<(), SendError>
 where
     R: AsyncReadExt + Unpin,
@@ -1085,11 +1087,11 @@ where
     let request = req
         .upstream_head(&head.headers)
         .map_err(|e| refusal_response(&e.refusal()))?;
+    let moved = Moved::default();
     let p = Progress {
         start: Instant::now(),
         last_ms: AtomicU64::new(0),
-        up: AtomicU64::new(0),
-        down: AtomicU64::new(0),
+        moved: &moved,
     };
     let sent = send_request(client, upstream, &request, &head.leftover, &p).await;
     Ok(HttpAccepted::Forward {

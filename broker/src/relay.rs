@@ -31,14 +31,14 @@ pub(crate) enum RelayEnd {
     Error(io::Error),
 }
 
-/// Totals of one relay.
-#[derive(Debug)]
-pub(crate) struct RelayStats {
-    /// Client → upstream, including `initial_up`.
-    pub up: u64,
+/// Bytes moved so far by one relay, held by the connection's record, so that a relay cut
+/// short (the session ended, the broker was stopped) still accounts for what it moved.
+#[derive(Debug, Default)]
+pub(crate) struct Moved {
+    /// Client → upstream.
+    pub(crate) up: AtomicU64,
     /// Upstream → client.
-    pub down: u64,
-    pub end: RelayEnd,
+    pub(crate) down: AtomicU64,
 }
 
 /// Last activity, in milliseconds since `start`.
@@ -175,19 +175,20 @@ async fn splice_pump(
 
 /// Relay until both directions are closed, one fails, or nothing moves for `idle`.
 /// `initial_up` (bytes the client sent before the relay started) goes upstream first.
+/// Counts into `moved` as bytes go.
 pub(crate) async fn relay(
     client: TcpStream,
     upstream: TcpStream,
     initial_up: &[u8],
     idle: Duration,
-) -> RelayStats {
+    moved: &Moved,
+) -> RelayEnd {
     let act = Activity {
         start: Instant::now(),
         last_ms: AtomicU64::new(0),
     };
-    let up = AtomicU64::new(0);
-    let down = AtomicU64::new(0);
-    let end = {
+    let (up, down) = (&moved.up, &moved.down);
+    {
         let (client, upstream) = (&client, &upstream);
         let up_dir = async {
             if !initial_up.is_empty() {
@@ -195,9 +196,9 @@ pub(crate) async fn relay(
                 up.fetch_add(initial_up.len() as u64, Ordering::Relaxed);
                 act.touch();
             }
-            pump(client, upstream, &up, &act).await
+            pump(client, upstream, up, &act).await
         };
-        let down_dir = pump(upstream, client, &down, &act);
+        let down_dir = pump(upstream, client, down, &act);
         let watchdog = async {
             loop {
                 let deadline = act.deadline(idle);
@@ -214,10 +215,5 @@ pub(crate) async fn relay(
             },
             () = watchdog => RelayEnd::IdleTimeout,
         }
-    };
-    RelayStats {
-        up: up.load(Ordering::Relaxed),
-        down: down.load(Ordering::Relaxed),
-        end,
     }
 }

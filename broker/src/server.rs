@@ -45,7 +45,7 @@ use crate::classify::{AddrClass, AnswerError};
 use crate::dns::UdpResolver;
 use crate::plan::{plan_connection, PlanError, Resolver, SystemResolver};
 use crate::ratelimit::RateLimiter;
-use crate::relay::{relay, RelayEnd, RelayStats};
+use crate::relay::{relay, Moved, RelayEnd};
 use crate::target::{DnsName, Target, TargetError};
 use crate::{error_chain, http_proxy, socks5};
 
@@ -663,7 +663,8 @@ async fn host_port(shared: &Shared, client: TcpStream, target: SocketAddr, rec: 
     rec.dialled = Some(target);
     match connect(target).await {
         Ok(upstream) => {
-            let stats = relay(client, upstream, &[], shared.idle).await;
+            rec.allowed();
+            let stats = relay(client, upstream, &[], shared.idle, &rec.moved).await;
             rec.relayed(stats);
         }
         Err(refusal) => rec.refuse(&refusal),
@@ -706,8 +707,9 @@ async fn publish(shared: &Shared, client: TcpStream, port: u16, rec: &mut Record
     };
     match upstream {
         Ok(upstream) => {
+            rec.allowed();
             let _ = upstream.set_nodelay(true);
-            let stats = relay(client, upstream, &[], shared.idle).await;
+            let stats = relay(client, upstream, &[], shared.idle, &rec.moved).await;
             rec.relayed(stats);
         }
         Err(e) => rec.refuse(&Refusal::connect_failed(target, &e)),
@@ -745,7 +747,9 @@ pub(crate) async fn decide_and_dial(
     rec.basis = planned.basis;
     let addr = planned.addr;
     rec.dialled = Some(addr);
-    connect(addr).await
+    let upstream = connect(addr).await?;
+    rec.allowed();
+    Ok(upstream)
 }
 
 /// A refusal or failure, with its rendering in both protocols.
@@ -949,7 +953,9 @@ pub(crate) fn sanitize(s: &str) -> String {
 }
 
 /// The accounting record of a connection under way. Emitted exactly once, when dropped,
-/// so a connection cancelled mid-way is still accounted for (as `error`/`aborted`).
+/// so a connection cancelled mid-way is still accounted for: as `error`/`aborted` before the
+/// broker's decision, as `allow`/`aborted` with the bytes already moved once the upstream
+/// is connected (the session ended, or the broker was stopped, before the relay did).
 pub(crate) struct Record {
     events: UnboundedSender<BrokerEvent>,
     pub(crate) basis: Option<String>,
@@ -961,8 +967,8 @@ pub(crate) struct Record {
     reason: String,
     detail: Option<String>,
     pub(crate) dialled: Option<SocketAddr>,
-    bytes_up: u64,
-    bytes_down: u64,
+    /// What the relay has moved so far (it counts into this as it goes).
+    pub(crate) moved: Moved,
 }
 
 impl Record {
@@ -988,8 +994,7 @@ impl Record {
             reason: "aborted".into(),
             detail: None,
             dialled: None,
-            bytes_up: 0,
-            bytes_down: 0,
+            moved: Moved::default(),
         }
     }
 
@@ -1006,11 +1011,17 @@ impl Record {
         self.detail = Some(detail.into());
     }
 
-    pub(crate) fn relayed(&mut self, stats: RelayStats) {
+    /// The upstream is connected: the broker allowed the connection. Until [`Self::relayed`]
+    /// says how it ended, it reads `aborted`.
+    pub(crate) fn allowed(&mut self) {
         self.decision = EventDecision::Allow;
-        self.bytes_up = stats.up;
-        self.bytes_down = stats.down;
-        let (reason, detail) = match stats.end {
+        self.reason = "aborted".into();
+        self.detail = None;
+    }
+
+    pub(crate) fn relayed(&mut self, end: RelayEnd) {
+        self.decision = EventDecision::Allow;
+        let (reason, detail) = match end {
             RelayEnd::Closed => ("closed", None),
             RelayEnd::IdleTimeout => ("idle-timeout", None),
             RelayEnd::Error(e) => ("relay-error", Some(e.to_string())),
@@ -1030,8 +1041,8 @@ impl Drop for Record {
             reason: std::mem::take(&mut self.reason),
             detail: self.detail.take(),
             dialled: self.dialled,
-            bytes_up: self.bytes_up,
-            bytes_down: self.bytes_down,
+            bytes_up: self.moved.up.load(std::sync::atomic::Ordering::Relaxed),
+            bytes_down: self.moved.down.load(std::sync::atomic::Ordering::Relaxed),
             duration_ms: u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX),
             basis: self.basis.take(),
         };

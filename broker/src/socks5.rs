@@ -201,7 +201,7 @@ pub(crate) async fn handle(shared: &Shared, mut stream: TcpStream, rec: &mut Rec
     if let Err(e) = stream.write_all(&reply(socks_rep::SUCCEEDED, None)).await {
         return rec.deny("client-error", format!("writing the SOCKS5 reply: {e}"));
     }
-    let stats = relay(stream, upstream, &[], shared.idle).await;
+    let stats = relay(stream, upstream, &[], shared.idle, &rec.moved).await;
     rec.relayed(stats);
 }
 

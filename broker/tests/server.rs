@@ -1352,6 +1352,84 @@ async fn host_port_relays_to_loopback() {
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
 }
 
+/// The broker is stopped (the session ended) while connections are open: each is still
+/// recorded, as the broker decided it. A relay under way reads `allow`/`aborted` with the
+/// bytes it had moved, on every relaying path; a connection cut before its decision reads
+/// `error`/`aborted`. (`vetto __broker` stops by dropping this very future.)
+#[tokio::test]
+async fn connections_cut_by_the_brokers_stop_are_recorded_as_decided() {
+    let dns = StubDns::start().await;
+    let (echo, _) = echo_server("127.0.0.2:0").await;
+    let (host_echo, _) = echo_server("127.0.0.1:0").await;
+    let port = echo.port();
+    dns.set("echo.vetto.test", &["127.0.0.2"]);
+    let kinds = [
+        ListenerKind::HttpProxy,
+        ListenerKind::Socks5,
+        ListenerKind::HostPort(host_echo),
+    ];
+    let mut listeners = Vec::new();
+    let mut addrs = Vec::new();
+    for kind in kinds {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        addrs.push(l.local_addr().unwrap());
+        listeners.push((kind, l));
+    }
+    let (tx, mut events) = unbounded_channel();
+    let spec = spec(
+        &[format!("echo.vetto.test:{port}")],
+        &["127.0.0.2/32"],
+        &dns,
+    );
+    let server = tokio::spawn(serve_with_events(spec, listeners, tx));
+
+    // CONNECT, relaying: 9 bytes each way, still open.
+    let mut r = connect(addrs[0], &format!("echo.vetto.test:{port}"), b"").await;
+    assert_eq!(r.status, 200);
+    echo_roundtrip(&mut r.stream, b"ping-pong").await;
+    // SOCKS5, relaying: 5 bytes each way, still open.
+    let (mut socks, rest) =
+        socks_request(addrs[1], &socks_domain_request("echo.vetto.test", port)).await;
+    assert_eq!(rest[1], 0, "SOCKS5 reply {rest:?}");
+    echo_roundtrip(&mut socks, b"socks").await;
+    // Host port, relaying: 11 bytes each way, still open.
+    let mut host = TcpStream::connect(addrs[2]).await.unwrap();
+    echo_roundtrip(&mut host, b"to the host").await;
+    // A proxy client that has not finished its request: no decision yet.
+    let mut pending = TcpStream::connect(addrs[0]).await.unwrap();
+    pending.write_all(b"CONNECT echo.vetto.test").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    server.abort();
+    let _ = server.await;
+    let mut got = Vec::new();
+    while let Ok(Some(ev)) = timeout(T, events.recv()).await {
+        if let BrokerEvent::Connection(e) = ev {
+            got.push(e);
+        }
+    }
+    let find = |listener: ListenerKind, decision: EventDecision| {
+        got.iter()
+            .find(|e| e.listener == listener && e.decision == decision)
+            .unwrap_or_else(|| panic!("no {decision:?} event on {listener}: {got:?}"))
+    };
+    for (listener, bytes) in [
+        (ListenerKind::HttpProxy, 9),
+        (ListenerKind::Socks5, 5),
+        (ListenerKind::HostPort(host_echo), 11),
+    ] {
+        let ev = find(listener, EventDecision::Allow);
+        assert_eq!(ev.reason, "aborted", "{ev:?}");
+        assert_eq!((ev.bytes_up, ev.bytes_down), (bytes, bytes), "{ev:?}");
+        assert!(ev.dialled.is_some(), "{ev:?}");
+    }
+    let undecided = find(ListenerKind::HttpProxy, EventDecision::Error);
+    assert_eq!(undecided.reason, "aborted");
+    assert_eq!(undecided.dialled, None);
+    assert_eq!(got.len(), 4, "{got:?}");
+    drop((r, socks, host, pending));
+}
+
 #[tokio::test]
 async fn serve_refuses_bad_setups() {
     let l = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
