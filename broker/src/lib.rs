@@ -78,8 +78,8 @@ pub use plan::{
 };
 pub use ratelimit::RateLimiter;
 pub use server::{
-    serve, serve_with_events, BrokerError, BrokerEvent, BrokerSpec, ConnEvent, EventDecision,
-    ListenerKind, DEFAULT_IDLE_TIMEOUT_SECS, MAX_MAX_CONNECTIONS,
+    serve, serve_until, serve_with_events, BrokerError, BrokerEvent, BrokerSpec, ConnEvent,
+    EventDecision, ListenerKind, DEFAULT_IDLE_TIMEOUT_SECS, MAX_MAX_CONNECTIONS,
 };
 pub use target::{
     parse_connect_request_line, parse_host, parse_inet_aton, parse_port, DnsName, Host, Target,

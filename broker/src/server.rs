@@ -419,6 +419,28 @@ pub async fn serve_with_events(
     listeners: Vec<(ListenerKind, std::net::TcpListener)>,
     events: UnboundedSender<BrokerEvent>,
 ) -> Result<(), BrokerError> {
+    serve_until(
+        spec,
+        listeners,
+        events,
+        std::future::pending(),
+        Duration::ZERO,
+    )
+    .await
+}
+
+/// [`serve_with_events`] until `stop` completes: then every listener is closed (nothing new
+/// is accepted), the connections under way get up to `drain` to end on their own (at a
+/// session's end the sandbox's side is already closed, so a relay ends as soon as it sees
+/// that), and whatever is still open after it is cut (recorded as `aborted`). Returns `Ok`
+/// after a stop.
+pub async fn serve_until(
+    spec: BrokerSpec,
+    listeners: Vec<(ListenerKind, std::net::TcpListener)>,
+    events: UnboundedSender<BrokerEvent>,
+    stop: impl std::future::Future<Output = ()>,
+    drain: Duration,
+) -> Result<(), BrokerError> {
     let mut shared = Shared::new(&spec, events)?;
     if let Some(fd) = spec.peers_fd {
         // SAFETY: the spec hands this descriptor to `serve` for good (see `peers_fd`).
@@ -469,6 +491,7 @@ pub async fn serve_with_events(
             })?;
         converted.push((kind, listener));
     }
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
     let mut loops = JoinSet::new();
     for (kind, listener) in converted {
         tracing::info!(
@@ -476,12 +499,37 @@ pub async fn serve_with_events(
             local = %listener.local_addr().map_or_else(|_| "?".to_string(), |a| a.to_string()),
             "vetto broker listening"
         );
-        loops.spawn(accept_loop(Arc::clone(&shared), kind, listener));
+        loops.spawn(accept_loop(
+            Arc::clone(&shared),
+            kind,
+            listener,
+            stopped.clone(),
+            drain,
+        ));
     }
-    let err = match loops.join_next().await {
-        Some(Ok(err)) => err,
+    let first = tokio::select! {
+        r = loops.join_next() => r,
+        () = stop => {
+            tracing::info!(drain_ms = drain.as_millis() as u64, "vetto broker stopping: no new connections");
+            let _ = stopping.send(true);
+            // Every loop drains its own connections, bounded by `drain`; a failed loop's
+            // error still wins.
+            let mut failed = None;
+            while let Some(r) = loops.join_next().await {
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => failed = failed.or(Some(e)),
+                    Err(join_err) => failed = failed.or(Some(BrokerError::AcceptLoop(join_err))),
+                }
+            }
+            return failed.map_or(Ok(()), Err);
+        }
+    };
+    let err = match first {
+        Some(Ok(Err(err))) => err,
+        // A loop returns Ok only after a stop, which is handled above.
+        Some(Ok(Ok(()))) | None => BrokerError::NoListeners,
         Some(Err(join_err)) => BrokerError::AcceptLoop(join_err),
-        None => BrokerError::NoListeners,
     };
     tracing::error!(error = %error_chain(&err), "vetto broker stopping");
     loops.abort_all();
@@ -512,11 +560,15 @@ fn accept_error_is_transient(e: &io::Error) -> bool {
     )
 }
 
+/// Accept until the listener fails (`Err`) or a stop is signalled on `stopped` (`Ok`, after
+/// the connections under way ended or `drain` passed; those still open are then cut).
 async fn accept_loop(
     shared: Arc<Shared>,
     kind: ListenerKind,
     listener: TcpListener,
-) -> BrokerError {
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+    drain: Duration,
+) -> Result<(), BrokerError> {
     let local = listener
         .local_addr()
         .map_or_else(|_| "?".to_string(), |a| a.to_string());
@@ -529,7 +581,22 @@ async fn accept_loop(
                 }
             }
         }
-        let (stream, client) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = async {
+                // The guard wait_for returns is dropped here, before any other await.
+                let _ = stopped.wait_for(|s| *s).await.map(drop);
+            } => {
+                drop(listener);
+                let _ = tokio::time::timeout(drain, async {
+                    while conns.join_next().await.is_some() {}
+                })
+                .await;
+                // Dropping the set cuts what is left: each record goes out as `aborted`.
+                return Ok(());
+            }
+        };
+        let (stream, client) = match accepted {
             Ok(accepted) => accepted,
             Err(e) if accept_error_is_transient(&e) => {
                 tracing::warn!(listener = %kind, %local, "accept: {e} (continuing)");
@@ -537,11 +604,11 @@ async fn accept_loop(
                 continue;
             }
             Err(source) => {
-                return BrokerError::Accept {
+                return Err(BrokerError::Accept {
                     kind,
                     local,
                     source,
-                }
+                })
             }
         };
         if shared.peers.is_some() {

@@ -1430,6 +1430,72 @@ async fn connections_cut_by_the_brokers_stop_are_recorded_as_decided() {
     drop((r, socks, host, pending));
 }
 
+/// A stop with a drain: nothing new is accepted, a relay whose client closes within the
+/// drain ends on its own (`closed`, with its bytes), one still open after it is cut
+/// (`aborted`), and `serve_until` returns Ok.
+#[tokio::test]
+async fn a_stop_drains_relays_that_end_and_cuts_the_rest() {
+    let dns = StubDns::start().await;
+    let (host_echo, _) = echo_server("127.0.0.1:0").await;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, mut events) = unbounded_channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(vetto_broker::serve_until(
+        spec(&[], &[], &dns),
+        vec![(ListenerKind::HostPort(host_echo), l)],
+        tx,
+        async {
+            let _ = stop_rx.await;
+        },
+        Duration::from_millis(600),
+    ));
+    let mut ends = TcpStream::connect(addr).await.unwrap();
+    echo_roundtrip(&mut ends, b"ends").await;
+    let mut stays = TcpStream::connect(addr).await.unwrap();
+    echo_roundtrip(&mut stays, b"stays open").await;
+    let stopped_at = std::time::Instant::now();
+    stop_tx.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The listener is closed: a new connection is refused.
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still accepting after the stop"
+    );
+    // Within the drain, one relay ends on its own.
+    close_and_wait_eof(ends).await;
+    let r = timeout(T, server).await.unwrap().unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert!(
+        stopped_at.elapsed() >= Duration::from_millis(600),
+        "the drain was not waited"
+    );
+    let mut got = Vec::new();
+    while let Ok(Some(ev)) = timeout(T, events.recv()).await {
+        if let BrokerEvent::Connection(e) = ev {
+            got.push(e);
+        }
+    }
+    assert_eq!(got.len(), 2, "{got:?}");
+    let by = |up: u64| {
+        got.iter()
+            .find(|e| e.bytes_up == up)
+            .unwrap_or_else(|| panic!("{got:?}"))
+    };
+    let (ended, cut) = (by(4), by(10));
+    assert_eq!(
+        (ended.decision, ended.reason.as_str()),
+        (EventDecision::Allow, "closed")
+    );
+    assert_eq!(ended.bytes_down, 4);
+    assert_eq!(
+        (cut.decision, cut.reason.as_str()),
+        (EventDecision::Allow, "aborted")
+    );
+    assert_eq!(cut.bytes_down, 10);
+    drop(stays);
+}
+
 #[tokio::test]
 async fn serve_refuses_bad_setups() {
     let l = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();

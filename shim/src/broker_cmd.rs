@@ -4,8 +4,10 @@
 //! when the container's init exits).
 //!
 //! When the session is audited, every connection's event is appended to the audit store by a
-//! writer thread, in batches, as it ends. On SIGTERM the server stops, connections still open
-//! are recorded (as aborted), the writer drains, and the broker exits. If an event cannot be
+//! writer thread, in batches, as it ends. On SIGTERM the server stops accepting, the
+//! connections under way get [`DRAIN`] to end on their own (the sandbox's side is closed by
+//! then), those still open are cut and recorded (as aborted), the writer drains, and the
+//! broker exits. If an event cannot be
 //! recorded the broker exits at once: it fails closed, and the sandbox's network goes with it.
 
 use std::net::TcpListener;
@@ -16,9 +18,13 @@ use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::stat::{fstat, SFlag};
 use vetto_broker::audit::{event::now_ms, Connection, EventKind, Recorder};
 use vetto_broker::error_chain;
-use vetto_broker::server::{serve_with_events, BrokerEvent};
+use vetto_broker::server::{serve_until, BrokerEvent};
 
 use crate::sidecar::{BrokerAudit, Launch, SPEC_ENV, WATCH_ENV};
+
+/// How long the connections under way may take to end on their own after SIGTERM (well
+/// inside [`crate::sidecar::STOP_GRACE`], after which the broker is killed).
+pub const DRAIN: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn fd_is_socket(fd: i32) -> bool {
     fstat(fd)
@@ -95,10 +101,12 @@ pub fn run() -> Result<()> {
         {
             watch(pid)?;
         }
-        tokio::select! {
-            r = serve_with_events(launch.spec, listeners, tx) => r.context("broker"),
-            _ = term.recv() => Ok(()),
-        }
+        let stop = async move {
+            let _ = term.recv().await;
+        };
+        serve_until(launch.spec, listeners, tx, stop, DRAIN)
+            .await
+            .context("broker")
     });
     // Dropping the runtime cancels every connection still open: each sends its event (as
     // aborted), and with the last sender gone the writer drains and ends.

@@ -166,7 +166,7 @@ both!(process_and_kernel_attacks_are_refused, |f| {
          print('setpriority', err(lambda: os.setpriority(os.PRIO_PROCESS, {hp}, 19)))\n\
          print('affinity', err(lambda: os.sched_setaffinity({hp}, {{0}})))\n\
          print('shmget', 0 if libc.shmget(0, 4096, 0o1600) >= 0 else ctypes.get_errno())\n\
-         print('own', err(lambda: resource.prlimit(0, resource.RLIMIT_NOFILE)), err(lambda: os.setpriority(os.PRIO_PROCESS, 0, 1)), err(lambda: os.sched_setaffinity(0, os.sched_getaffinity(0))))\n\
+         print('own', err(lambda: resource.prlimit(0, resource.RLIMIT_NOFILE)), err(lambda: os.setpriority(os.PRIO_PROCESS, 0, max(1, os.getpriority(os.PRIO_PROCESS, 0)))), err(lambda: os.sched_setaffinity(0, os.sched_getaffinity(0))))\n\
          print('nnp', [l for l in open('/proc/self/status') if l.startswith(('NoNewPrivs', 'Seccomp:', 'CapEff'))])\n"
     );
     let o = f.run_argv(FS, &["python3", "-c", &script]);
