@@ -22,9 +22,11 @@ use vetto_broker::server::{serve_until, BrokerEvent};
 
 use crate::sidecar::{BrokerAudit, Launch, SPEC_ENV, WATCH_ENV};
 
-/// How long the connections under way may take to end on their own after SIGTERM (well
-/// inside [`crate::sidecar::STOP_GRACE`], after which the broker is killed).
-pub const DRAIN: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long the connections under way may take to end on their own after SIGTERM. At a
+/// session's end the sandbox's side is closed, so a relay ends as soon as it runs and sees
+/// that; one whose upstream stays open and idle waits out the whole drain, which `vetto run`
+/// pays at its exit: so it is short (and well inside [`crate::sidecar::STOP_GRACE`]).
+pub const DRAIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn fd_is_socket(fd: i32) -> bool {
     fstat(fd)
