@@ -411,8 +411,7 @@ async fn exchange(
                     return Ok::<(), io::Error>(());
                 }
                 p.touch();
-                cw.write_all(&buf[..n]).await?;
-                p.moved.down.fetch_add(n as u64, Ordering::Relaxed);
+                write_counted(&mut cw, &buf[..n], &p.moved.down).await?;
                 p.touch();
                 if n == buf.len() && buf.len() < RESPONSE_BUF_MAX {
                     buf.resize((buf.len() * 4).min(RESPONSE_BUF_MAX), 0);
@@ -448,9 +447,28 @@ async fn send_up<W: AsyncWriteExt + Unpin>(
     if data.is_empty() {
         return Ok(());
     }
-    w.write_all(data).await.map_err(|_| SendError::Upstream)?;
-    p.moved.up.fetch_add(data.len() as u64, Ordering::Relaxed);
+    write_counted(w, data, &p.moved.up)
+        .await
+        .map_err(|_| SendError::Upstream)?;
     p.touch();
+    Ok(())
+}
+
+/// Write all of `data`, counting each part into `count` as it is taken (an exchange cut
+/// half-way still accounts for what went out).
+async fn write_counted<W: AsyncWriteExt + Unpin>(
+    w: &mut W,
+    mut data: &[u8],
+    count: &AtomicU64,
+) -> io::Result<()> {
+    while !data.is_empty() {
+        let n = w.write(data).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        data = data.get(n..).unwrap_or_default();
+    }
     Ok(())
 }
 

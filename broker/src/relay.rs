@@ -80,8 +80,7 @@ async fn pump(r: &TcpStream, w: &TcpStream, count: &AtomicU64, act: &Activity) -
             return Ok(());
         }
         act.touch();
-        write_all(w, &buf[..n]).await?;
-        count.fetch_add(n as u64, Ordering::Relaxed);
+        write_all(w, &buf[..n], count).await?;
         act.touch();
         if n == buf.len() {
             full_reads += 1;
@@ -97,11 +96,16 @@ async fn pump(r: &TcpStream, w: &TcpStream, count: &AtomicU64, act: &Activity) -
     }
 }
 
-async fn write_all(w: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+/// Write all of `data`, counting each part into `count` as the kernel takes it (a relay cut
+/// half-way still accounts for what went out).
+async fn write_all(w: &TcpStream, mut data: &[u8], count: &AtomicU64) -> io::Result<()> {
     while !data.is_empty() {
         w.writable().await?;
         match w.try_write(data) {
-            Ok(n) => data = &data[n..],
+            Ok(n) => {
+                count.fetch_add(n as u64, Ordering::Relaxed);
+                data = &data[n..];
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         }
@@ -164,11 +168,12 @@ async fn splice_pump(
         act.touch();
         let mut left = n;
         while left > 0 {
-            left -= w
+            let out = w
                 .async_io(Interest::WRITABLE, || splice(&pipe.rd, w, left))
                 .await?;
+            count.fetch_add(out as u64, Ordering::Relaxed);
+            left -= out;
         }
-        count.fetch_add(n as u64, Ordering::Relaxed);
         act.touch();
     }
 }
@@ -192,8 +197,7 @@ pub(crate) async fn relay(
         let (client, upstream) = (&client, &upstream);
         let up_dir = async {
             if !initial_up.is_empty() {
-                write_all(upstream, initial_up).await?;
-                up.fetch_add(initial_up.len() as u64, Ordering::Relaxed);
+                write_all(upstream, initial_up, up).await?;
                 act.touch();
             }
             pump(client, upstream, up, &act).await

@@ -560,6 +560,12 @@ fn accept_error_is_transient(e: &io::Error) -> bool {
     )
 }
 
+/// Completes once a stop is signalled (or the signalling side is gone).
+async fn stop_seen(stopped: &mut tokio::sync::watch::Receiver<bool>) {
+    // The guard wait_for returns is dropped here, before the caller awaits anything else.
+    let _ = stopped.wait_for(|s| *s).await.map(drop);
+}
+
 /// Accept until the listener fails (`Err`) or a stop is signalled on `stopped` (`Ok`, after
 /// the connections under way ended or `drain` passed; those still open are then cut).
 async fn accept_loop(
@@ -582,11 +588,9 @@ async fn accept_loop(
             }
         }
         let accepted = tokio::select! {
-            a = listener.accept() => a,
-            () = async {
-                // The guard wait_for returns is dropped here, before any other await.
-                let _ = stopped.wait_for(|s| *s).await.map(drop);
-            } => {
+            // A stop wins over a connection waiting in the backlog: nothing new after it.
+            biased;
+            () = stop_seen(&mut stopped) => {
                 drop(listener);
                 let _ = tokio::time::timeout(drain, async {
                     while conns.join_next().await.is_some() {}
@@ -595,12 +599,16 @@ async fn accept_loop(
                 // Dropping the set cuts what is left: each record goes out as `aborted`.
                 return Ok(());
             }
+            a = listener.accept() => a,
         };
         let (stream, client) = match accepted {
             Ok(accepted) => accepted,
             Err(e) if accept_error_is_transient(&e) => {
                 tracing::warn!(listener = %kind, %local, "accept: {e} (continuing)");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::select! {
+                    () = stop_seen(&mut stopped) => {}
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
                 continue;
             }
             Err(source) => {

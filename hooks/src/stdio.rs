@@ -8,6 +8,7 @@
 //! descriptor that is a file, pipe, socket or terminal stays what the caller passed.
 
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 
 /// Why a standard descriptor could not be made usable: the command does not run.
 #[derive(Debug, thiserror::Error)]
@@ -100,9 +101,11 @@ pub fn reopen_dev_null() -> Result<Vec<RawFd>, StdioError> {
     if replace.is_empty() {
         return Ok(replace);
     }
+    // Never through a link, and never becoming a controlling terminal.
     let null = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
         .open("/dev/null")
         .map_err(StdioError::Open)?;
     let st = fstat(null.as_raw_fd()).map_err(StdioError::Open)?;

@@ -110,9 +110,11 @@ pub fn run() -> Result<()> {
             .await
             .context("broker")
     });
-    // Dropping the runtime cancels every connection still open: each sends its event (as
-    // aborted), and with the last sender gone the writer drains and ends.
-    drop(rt);
+    // Shutting the runtime down cancels every connection still open: each sends its event
+    // (as aborted), and with the last sender gone the writer drains and ends. A blocking
+    // lookup still running (getaddrinfo cannot be cancelled) is not waited for: left to the
+    // process's exit, so the stop stays well inside STOP_GRACE.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
     if let Some(w) = writer {
         let _ = w.join();
     }

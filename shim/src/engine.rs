@@ -92,6 +92,9 @@ pub enum Mode {
 struct VettoExecutor {
     hardening: Hardening,
     mode: Mode,
+    /// A container's init: libcontainer has swapped the caller's /dev/null stdio for a
+    /// read-only one, to be made read-write again. (It leaves a tenant's stdio alone.)
+    reopen_null: bool,
 }
 
 fn report(mode: Mode, msg: &str) {
@@ -107,8 +110,9 @@ impl Executor for VettoExecutor {
             report(self.mode, &msg);
             ExecutorValidationError::ArgValidationError(msg)
         };
-        // libcontainer has just replaced a caller's /dev/null stdio by a read-only one.
-        vetto_hooks::stdio::reopen_dev_null().map_err(|e| invalid(e.to_string()))?;
+        if self.reopen_null {
+            vetto_hooks::stdio::reopen_dev_null().map_err(|e| invalid(e.to_string()))?;
+        }
         match self.mode {
             // Runs after libcontainer's id switch and capability drop, which would clear it.
             Mode::Supervised { .. } => match self.hardening.parent_death {
@@ -316,6 +320,7 @@ pub fn create(o: CreateOptions<'_>) -> Result<Sandbox, EngineError> {
     let executor = VettoExecutor {
         hardening: o.hardening,
         mode: o.mode,
+        reopen_null: true,
     };
     builder(&o.common, executor)?
         .as_init(o.bundle)
@@ -332,6 +337,7 @@ pub fn exec(o: ExecOptions<'_>) -> Result<i32, EngineError> {
     let executor = VettoExecutor {
         hardening: o.hardening,
         mode: Mode::Detached,
+        reopen_null: false,
     };
     let mut b = builder(&o.common, executor)?
         .as_tenant()
