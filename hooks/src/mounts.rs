@@ -135,12 +135,21 @@ pub fn open_nofollow(path: &Path) -> Result<OwnedFd, MountError> {
 }
 
 fn stat_fd(fd: &OwnedFd, path: &Path) -> Result<libc::stat, MountError> {
+    fstat(fd.as_raw_fd()).map_err(os("stat", path))
+}
+
+/// `fstat(2)` of a descriptor (also one this process does not own, such as stdio).
+pub(crate) fn fstat(fd: RawFd) -> std::io::Result<libc::stat> {
     // SAFETY: fstat fills a zeroed struct we own.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; the descriptor is valid.
-    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } as libc::c_long)
-        .map_err(os("stat", path))?;
+    // SAFETY: as above; fstat only reads the descriptor (EBADF if it is not open).
+    check(unsafe { libc::fstat(fd, &mut st) } as libc::c_long)?;
     Ok(st)
+}
+
+/// The null device (character device 1:3), whatever path it was reached by.
+pub(crate) fn is_null_device(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3)
 }
 
 /// `mount_setattr` on a detached tree: set the `MOUNT_ATTR_*` bits in `set` (recursively).
@@ -310,9 +319,7 @@ pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
         InitMountKind::ReadOnly => {
             (st2.st_dev, st2.st_ino) == (m.dev, m.ino) && read_only(&after, path)?
         }
-        InitMountKind::MaskFile => {
-            st2.st_mode & libc::S_IFMT == libc::S_IFCHR && st2.st_rdev == libc::makedev(1, 3)
-        }
+        InitMountKind::MaskFile => is_null_device(&st2),
         InitMountKind::MaskDir => {
             st2.st_mode & libc::S_IFMT == libc::S_IFDIR
                 && st2.st_mode & 0o7777 == 0

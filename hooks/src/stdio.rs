@@ -10,6 +10,8 @@
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
+use crate::mounts::{fstat, is_null_device};
+
 /// Why a standard descriptor could not be made usable: the command does not run.
 #[derive(Debug, thiserror::Error)]
 pub enum StdioError {
@@ -48,20 +50,6 @@ pub enum StdioError {
         #[source]
         source: std::io::Error,
     },
-}
-
-fn is_null_device(st: &libc::stat) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3)
-}
-
-fn fstat(fd: RawFd) -> std::io::Result<libc::stat> {
-    // SAFETY: an all-zero stat is a valid value for the kernel to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes into the struct we own; fd is only queried.
-    match unsafe { libc::fstat(fd, &mut st) } {
-        0 => Ok(st),
-        _ => Err(std::io::Error::last_os_error()),
-    }
 }
 
 /// Every standard descriptor that is the null device opened other than read-write is
