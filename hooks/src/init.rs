@@ -62,6 +62,15 @@ pub struct InitConfig {
     pub tty: bool,
     /// Where a setup or exec error is written for the supervisor to report.
     pub error_fd: Option<RawFd>,
+    /// Where PID 1 writes the command's exit code (4 bytes, native endian) once every other
+    /// process of the sandbox is dead and reaped, just before it exits itself: the supervisor
+    /// can then end the session while the kernel tears PID 1 and its namespaces down. Close on
+    /// exec, and PID 1 is not dumpable ([`apply::apply`] makes it so and checks it), so the
+    /// command can reach it neither by inheritance nor through `/proc/1/fd` or `pidfd_getfd`
+    /// (both need CAP_SYS_PTRACE over PID 1's memory's user namespace, the host's: PID 1 was
+    /// cloned, not exec'd). A forged early status would start the session's end, the
+    /// trust-handoff walk included, while the sandbox still ran.
+    pub status_fd: Option<RawFd>,
 }
 
 /// What `plan` asks of each step of [`apply::apply`], with the deny-list compiled (call it
@@ -153,7 +162,11 @@ pub fn run(h: &Hardening, cfg: &InitConfig) -> Result<Infallible, InitError> {
         // SAFETY: closing our copy of the error pipe; the child keeps its own until exec.
         unsafe { libc::close(fd) };
     }
-    reap_loop(sfd.as_raw_fd(), child)
+    // The early status is only for a PID 1 the sandbox cannot reach into (see `status_fd`);
+    // otherwise the supervisor learns the end from PID 1's exit, as without one.
+    // SAFETY: an integer-only prctl.
+    let sealed = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } == 0;
+    reap_loop(sfd.as_raw_fd(), child, cfg.status_fd.filter(|_| sealed))
 }
 
 /// Signals PID 1 forwards to the command's process group.
@@ -200,7 +213,7 @@ fn exec_child(file: &CString, argv: &[CString], envp: &[CString], cfg: &InitConf
     unsafe { libc::_exit(code) }
 }
 
-fn reap_loop(sfd: RawFd, child: libc::pid_t) -> ! {
+fn reap_loop(sfd: RawFd, child: libc::pid_t, status_fd: Option<RawFd>) -> ! {
     let child = Pid::from_raw(child);
     let mut exit: Option<i32> = None;
     loop {
@@ -229,7 +242,15 @@ fn reap_loop(sfd: RawFd, child: libc::pid_t) -> ! {
             // The command is done: every other process of the sandbox dies with it (from
             // PID 1, kill(-1) signals every other process of the namespace).
             let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-            while waitpid(None::<Pid>, None).is_ok() {}
+            while let Ok(_) | Err(nix::Error::EINTR) = waitpid(None::<Pid>, None) {}
+            // ECHILD: nothing of the sandbox is left (every orphan of the namespace is PID
+            // 1's child). Say so before the kernel's teardown of PID 1 and its namespaces.
+            if let Some(fd) = status_fd {
+                let bytes = code.to_ne_bytes();
+                // SAFETY: writing 4 bytes we own; a short or failed write leaves the
+                // supervisor on its SIGCHLD path, which waits for the exit itself.
+                unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+            }
             // SAFETY: exit without unwinding or destructors in the cloned init.
             unsafe { libc::_exit(code) }
         }

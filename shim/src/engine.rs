@@ -82,6 +82,9 @@ pub enum Mode {
         tty: bool,
         /// Write end of the pipe setup errors are reported on.
         error_fd: Option<RawFd>,
+        /// Write end of the pipe PID 1 reports the command's exit code on, once the rest of
+        /// the sandbox is reaped ([`InitConfig::status_fd`]).
+        status_fd: Option<RawFd>,
     },
     /// `vetto-shim`: a detached container (or an `exec`'d process) whose caller reaps it.
     Detached,
@@ -155,12 +158,17 @@ impl Executor for VettoExecutor {
             ExecutorError::Other(msg)
         };
         match self.mode {
-            Mode::Supervised { tty, error_fd, .. } => {
+            Mode::Supervised {
+                tty,
+                error_fd,
+                status_fd,
+            } => {
                 let cfg = InitConfig {
                     args,
                     env: process.env().clone().unwrap_or_default(),
                     tty,
                     error_fd,
+                    status_fd,
                 };
                 match init::run(&self.hardening, &cfg) {
                     Ok(never) => match never {},

@@ -429,6 +429,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         false => None,
     };
     let (err_r, err_w) = pipe()?;
+    let (status_r, status_w) = pipe()?;
     let net = &t.plan.network;
     let published = sidecar::bind_published(&net.publish)?;
     let listen_chan = match net.listeners.is_empty() {
@@ -458,6 +459,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let mode = Mode::Supervised {
         tty,
         error_fd: Some(err_w.as_raw_fd()),
+        status_fd: Some(status_w.as_raw_fd()),
     };
     let cwd = std::env::current_dir()?;
     arm_setup_watchdog();
@@ -485,6 +487,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // libcontainer chdirs while it works; come back before anything relative is used.
     let _ = std::env::set_current_dir(&cwd);
     drop(err_w);
+    drop(status_w);
     let listen_sock = listen_chan.map(|(sup, _init_end)| sup);
     let mut container = match created {
         Ok(c) => c,
@@ -601,26 +604,28 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         .wall_clock_secs
         .map(|s| Instant::now() + Duration::from_secs(s));
     let raw = master.as_ref().and_then(|_| pty::RawMode::enter(0));
-    let status = supervise(
+    let (status, init_left) = supervise(
         init_pid,
         sfd.as_raw_fd(),
         master.as_ref().map(|m| m.as_raw_fd()),
         deadline,
+        status_r.as_raw_fd(),
     );
     drop(raw);
-    // The init has exited and its namespaces are gone; no cgroup was made (see userns.rs).
-    // libcontainer's state lives in the session directory, removed below with it, so its
-    // delete() (a cgroup manager round trip, ~2 ms) has nothing left to do.
+    // Nothing of the sandbox runs any more: PID 1 reaped it all before it reported the
+    // status (or it has exited). When it reported, the kernel is still tearing PID 1 and its
+    // namespaces down: the session ends meanwhile, and PID 1 is reaped last (`init_left`).
+    // No cgroup was made (see userns.rs). libcontainer's state lives in the session
+    // directory, removed below with it, so its delete() (a cgroup manager round trip, ~2 ms)
+    // has nothing left to do.
     drop(container);
     let refused_forks = pids_cg.as_ref().and_then(|c| c.refused_forks());
-    drop(pids_cg);
     // The broker records the connections still open, then exits: before the session's end.
     if let Some(b) = broker {
         sidecar::stop(b);
     }
     ph.mark("session");
     let session_id = sess.id.clone();
-    drop(sess);
     // A read-only project cannot have gained a repository: no walk then.
     let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
         .then_some((facts.git_metadata.as_slice(), listings));
@@ -677,6 +682,17 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         );
         ph.mark("audit end");
     }
+    if init_left {
+        // It has reported and is exiting; SIGKILL only hurries a PID 1 that would not.
+        process::kill_and_reap(init_pid);
+    }
+    // Emptied as the kernel finished PID 1 (the only member left).
+    drop(pids_cg);
+    ph.mark("reaped");
+    // After PID 1's mount namespace is gone: removing the bundle's mount points while it
+    // was being torn down detached its mounts from here, in contention with the kernel.
+    drop(sess);
+    ph.mark("session dir");
     match status {
         Outcome::WallClock => {
             eprintln!(
@@ -808,16 +824,33 @@ enum Outcome {
     WallClock,
 }
 
-fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Instant>) -> Outcome {
+/// Wait for the sandbox's end, forwarding signals and the terminal meanwhile. Returns how it
+/// ended, and whether PID 1 is still to be reaped: it reported the command's exit code on
+/// `status` (every other process of the sandbox reaped) and is exiting.
+fn supervise(
+    init: i32,
+    sfd: RawFd,
+    master: Option<RawFd>,
+    deadline: Option<Instant>,
+    status: RawFd,
+) -> (Outcome, bool) {
     let mut stdin_open = master.is_some();
     let mut forwarded = false;
     let mut master_open = master.is_some();
+    let mut status_open = true;
     loop {
-        let mut fds = vec![libc::pollfd {
-            fd: sfd,
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut fds = vec![
+            libc::pollfd {
+                fd: sfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if status_open { status } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
         if let Some(m) = master {
             fds.push(libc::pollfd {
                 fd: if stdin_open { 0 } else { -1 },
@@ -839,14 +872,25 @@ fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Inst
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         if n == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
             process::kill_and_reap(init);
-            return Outcome::WallClock;
+            return (Outcome::WallClock, false);
         }
         if let Some(m) = master {
-            if fds[1].revents & (libc::POLLIN | libc::POLLHUP) != 0 && !copy(0, m) {
+            if fds[2].revents & (libc::POLLIN | libc::POLLHUP) != 0 && !copy(0, m) {
                 stdin_open = false;
             }
-            if fds[2].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && !copy(m, 1) {
+            if fds[3].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && !copy(m, 1) {
                 master_open = false;
+            }
+        }
+        let mut reported = None;
+        if fds[1].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            let mut buf = [0u8; 4];
+            // SAFETY: reading at most 4 bytes into our own buffer.
+            let r = unsafe { libc::read(status, buf.as_mut_ptr().cast(), buf.len()) };
+            match r {
+                4 => reported = Some(i32::from_ne_bytes(buf)),
+                // Closed without a report (PID 1 died another way): its exit tells.
+                _ => status_open = false,
             }
         }
         if fds[0].revents & libc::POLLIN != 0 {
@@ -878,13 +922,17 @@ fn supervise(init: i32, sfd: RawFd, master: Option<RawFd>, deadline: Option<Inst
                 }
             }
         }
-        if let Some(code) = process::try_wait(init) {
+        let ended = match reported {
+            Some(code) => Some((code, true)),
+            None => process::try_wait(init).map(|code| (code, false)),
+        };
+        if let Some((code, init_left)) = ended {
             if let Some(m) = master {
                 // SAFETY: our own descriptor; drain what the command wrote last.
                 unsafe { libc::fcntl(m, libc::F_SETFL, libc::O_NONBLOCK) };
                 while drain_once(m, 1) {}
             }
-            return Outcome::Exited { code, forwarded };
+            return (Outcome::Exited { code, forwarded }, init_left);
         }
     }
 }

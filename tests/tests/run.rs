@@ -413,6 +413,51 @@ both!(init_binary_cannot_be_rewritten, |f| {
     assert_eq!(std::fs::read(&f.bin).expect("read"), before);
 });
 
+// PID 1 reports the command's exit code on a pipe once the rest of the sandbox is reaped, and
+// the supervisor ends the session on it (the trust-handoff walk, the audit end). A command
+// that could write that pipe would end the session early, with a status of its choosing,
+// while it went on running. It tries every route to PID 1's descriptors: /proc/1/fd and
+// pidfd_getfd. vetto's status must stay the command's own (3), not the forged 77.
+both!(the_command_cannot_forge_pid_1s_exit_report, |f| {
+    let script = r#"
+import ctypes, os, struct
+forged = struct.pack("i", 77)
+wrote = []
+try:
+    fds = os.listdir("/proc/1/fd")
+except OSError as e:
+    print("listdir", e.errno, flush=True)
+    fds = [str(n) for n in range(64)]
+for n in fds:
+    try:
+        fd = os.open("/proc/1/fd/" + n, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, forged)
+        wrote.append("proc:" + n)
+    except OSError:
+        pass
+libc = ctypes.CDLL(None, use_errno=True)
+try:
+    pidfd = os.pidfd_open(1)
+except OSError as e:
+    print("pidfd_open", e.errno)
+    pidfd = -1
+if pidfd >= 0:
+    for n in range(64):
+        fd = libc.syscall(438, pidfd, n, 0)
+        if fd >= 0:
+            try:
+                os.write(fd, forged)
+                wrote.append("getfd:" + str(n))
+            except OSError:
+                pass
+print("wrote", wrote, flush=True)
+os._exit(3)
+"#;
+    let o = f.run_argv(&[], &["python3", "-c", script]);
+    assert!(out(&o).contains("wrote []"), "{}{}", out(&o), err(&o));
+    assert_eq!(o.status.code(), Some(3), "{}{}", out(&o), err(&o));
+});
+
 // The project's own repository is read-only inside (tests/tests/holes.rs); a repository the
 // session creates is the sandbox's to commit in, with the identity from ~/.gitconfig.
 both!(git_works_with_identity_from_gitconfig, |f| {
