@@ -65,13 +65,13 @@ fn terminals() -> Vec<PathBuf> {
     out
 }
 
-/// A private directory of the session (0700, in the caller's temporary directory: `/tmp`, or
-/// a parent sandbox's private `TMPDIR`), removed at the end.
+/// A private directory of the session (0700, in `base`: the caller's temporary directory,
+/// `/tmp` or a parent sandbox's private `TMPDIR`, for the sandbox's own `TMPDIR`; vetto's
+/// runtime directory, a tmpfs where there is one, for what vetto writes), removed at the end.
 struct PrivateTmp(PathBuf);
 
 impl PrivateTmp {
-    fn create(uid: u32) -> Result<Self> {
-        let base = std::env::temp_dir();
+    fn create(base: &Path, uid: u32) -> Result<Self> {
         let template = CString::new(format!(
             "{}/vetto-fs-{uid}.{}.XXXXXX",
             base.display(),
@@ -95,12 +95,12 @@ impl PrivateTmp {
 }
 
 /// Remove the private directories of sessions whose supervisor is gone (killed before it
-/// could remove them): `vetto-fs-UID.PID.*`, owned by `uid`, where no process `PID` runs.
-fn sweep_stale(uid: u32) {
+/// could remove them) in `base`: `vetto-fs-UID.PID.*`, owned by `uid`, where no process `PID`
+/// runs.
+fn sweep_stale(base: &Path, uid: u32) {
     use std::os::unix::fs::MetadataExt;
-    let base = std::env::temp_dir();
     let prefix = format!("vetto-fs-{uid}.");
-    let Ok(entries) = std::fs::read_dir(&base) else {
+    let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
     for e in entries.flatten() {
@@ -613,11 +613,14 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         Some(_) => Some(crate::fsnet::prepare(&t.plan.network.listeners)?),
         None => None,
     };
-    sweep_stale(facts.uid);
-    let tmp = PrivateTmp::create(facts.uid)?;
+    let temp_dir = std::env::temp_dir();
+    sweep_stale(&temp_dir, facts.uid);
+    sweep_stale(runtime_root, facts.uid);
+    let tmp = PrivateTmp::create(&temp_dir, facts.uid)?;
     // A nested `vetto run` reads this sandbox's policy as its ceiling: a file the sandbox may
-    // read, not write, outside its TMPDIR.
-    let meta = PrivateTmp::create(facts.uid)?;
+    // read, not write, outside its TMPDIR. In the runtime directory: where /tmp is a disk
+    // file system, creating and removing a directory with a file there cost ~0.5 ms.
+    let meta = PrivateTmp::create(runtime_root, facts.uid)?;
     let parent_file = meta.0.join("parent-policy.json");
     std::fs::write(&parent_file, crate::nested::serialize(policy)?)
         .context("writing the policy for nested sandboxes")?;
