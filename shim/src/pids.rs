@@ -36,6 +36,9 @@ pub struct PidsCgroup {
     parent: File,
     procs: File,
     home_procs: File,
+    /// `pids.events`, opened at creation: at the session's end the supervisor's mount
+    /// namespace shows the cgroup2 view at /sys/fs/cgroup, where the v1 path is not.
+    events: Option<File>,
     /// The supervisor itself is in the cgroup (between `enter` and `leave`).
     entered: bool,
 }
@@ -165,11 +168,13 @@ impl PidsCgroup {
                 .with_context(|| format!("opening {}/{move_file}", home.display()))?;
             let parent =
                 File::open(&parent).with_context(|| format!("opening {}", parent.display()))?;
+            let events = File::open(dir.join("pids.events")).ok();
             Ok(PidsCgroup {
                 dir: dir.clone(),
                 parent,
                 procs,
                 home_procs,
+                events,
                 entered: false,
             })
         })();
@@ -189,8 +194,13 @@ impl PidsCgroup {
         Ok(())
     }
 
+    /// How many forks `pids.max` refused (`pids.events`' `max` count), read through the
+    /// descriptor opened at creation.
     pub fn refused_forks(&self) -> Option<u64> {
-        let text = std::fs::read_to_string(self.dir.join("pids.events")).ok()?;
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 256];
+        let n = self.events.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
         text.lines()
             .find_map(|l| l.strip_prefix("max "))
             .and_then(|n| n.trim().parse().ok())

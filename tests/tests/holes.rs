@@ -177,6 +177,21 @@ both!(process_limit_holds, |f| {
     if f.mode == Mode::Root {
         // Only the limit stops it (the pids cgroup counts this sandbox alone).
         assert!(n >= 60, "forked only {n}: the limit should be 64");
+        // ... and the audit says so (docs/audit.md: `limit` `processes` for a root caller).
+        let q = f.vetto(&["audit", "query", "--json"]);
+        assert!(q.status.success(), "{}", err(&q));
+        let limit = out(&q)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["kind"] == "limit" && e["limit"] == "processes");
+        let limit = limit.unwrap_or_else(|| panic!("no processes limit record:\n{}", out(&q)));
+        assert_eq!(limit["value"].as_u64(), Some(64), "{limit}");
+        assert!(
+            limit["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("refused")),
+            "{limit}"
+        );
     }
 });
 
