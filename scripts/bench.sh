@@ -118,6 +118,13 @@ PY
 echo "== vetto supervisor peak RSS (/usr/bin/time -v, target <= 8 MiB)"
 /usr/bin/time -v $VRUN 2>&1 >/dev/null | awk -F: '/Maximum resident/ {printf "root:     %d KiB\n", $2}'
 $AS_NOBODY /usr/bin/time -v $VRUN 2>&1 >/dev/null | awk -F: '/Maximum resident/ {printf "rootless: %d KiB\n", $2}'
+# Most of that is the binary's own text, clean page-cache pages shared by every vetto process
+# (RssFile); what a session costs in memory of its own is RssAnon.
+echo "   of which, mid-session (/proc/PID/status of the supervisor, root):"
+$work/bin/vetto run --no-user-policy -- /bin/sleep 0.5 & vp=$!
+sleep 0.3
+grep -E '^(VmHWM|RssAnon|RssFile):' /proc/$vp/status | tr -s ' \t' ' ' | sed 's/^/   /'
+wait $vp || true
 echo "== vetto phase timings (-v, rootless, one run)"
 $AS_NOBODY NO_COLOR=1 RUST_LOG=vetto=info $VRUN 2>&1 >/dev/null | grep -oE 'phase="?[a-z ]+"? ms="?[0-9.]+"?' || true
 echo "== vetto phase timings (-v, rootless FS-ONLY, one run)"
