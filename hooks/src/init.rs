@@ -166,7 +166,17 @@ pub fn run(h: &Hardening, cfg: &InitConfig) -> Result<Infallible, InitError> {
     // otherwise the supervisor learns the end from PID 1's exit, as without one.
     // SAFETY: an integer-only prctl.
     let sealed = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } == 0;
-    reap_loop(sfd.as_raw_fd(), child, cfg.status_fd.filter(|_| sealed))
+    let status_fd = cfg.status_fd.filter(|_| sealed);
+    // From here PID 1 needs its signalfd and the status pipe only. What else the set-up left
+    // open (the session lock, the cgroup's and libcontainer's descriptors, a handle on the
+    // rootfs' detached mount) is closed now, while the command starts, rather than at the
+    // end: the last reference to a detached mount costs an RCU grace period to drop, which
+    // PID 1's exit would otherwise add to the session's end. (Best effort: what stays open
+    // is closed by the exit as before.)
+    let mut keep = vec![0, 1, 2, sfd.as_raw_fd()];
+    keep.extend(status_fd);
+    let _ = process::close_all_but(&keep);
+    reap_loop(sfd.as_raw_fd(), child, status_fd)
 }
 
 /// Signals PID 1 forwards to the command's process group.

@@ -364,6 +364,26 @@ pub fn set_capabilities(target: &CapSets) -> Result<(), ProcessError> {
     Ok(())
 }
 
+/// Closes every file descriptor above 2 except `keep` (`close_range` between them).
+pub fn close_all_but(keep: &[libc::c_int]) -> Result<(), ProcessError> {
+    let mut keep: Vec<libc::c_uint> = keep
+        .iter()
+        .filter_map(|k| libc::c_uint::try_from(*k).ok())
+        .collect();
+    keep.sort_unstable();
+    let mut from: libc::c_uint = 3;
+    for k in keep.into_iter().chain([libc::c_uint::MAX]) {
+        if k > from {
+            // SAFETY: close_range takes integers; it closes only this process's descriptors.
+            if unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) } != 0 {
+                return Err(sys("close_range"));
+            }
+        }
+        from = from.max(k.saturating_add(1));
+    }
+    Ok(())
+}
+
 /// Closes every file descriptor above `fd` (`close_range`, or `/proc/self/fd` on kernels
 /// before 5.9).
 pub fn close_fds_above(fd: libc::c_int) -> Result<(), ProcessError> {

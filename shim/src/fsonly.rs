@@ -184,22 +184,7 @@ struct Child {
 /// Close every descriptor above 2 but `keep`; `false` if the kernel refused (then the
 /// command must not run: it would inherit what the supervisor holds).
 fn close_all_but(keep: &[RawFd]) -> bool {
-    let mut keep: Vec<libc::c_uint> = keep
-        .iter()
-        .filter_map(|k| libc::c_uint::try_from(*k).ok())
-        .collect();
-    keep.sort_unstable();
-    let mut from: libc::c_uint = 3;
-    for k in keep.into_iter().chain([libc::c_uint::MAX]) {
-        if k > from {
-            // SAFETY: close_range takes integers; it closes only descriptors of this child.
-            if unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) } != 0 {
-                return false;
-            }
-        }
-        from = from.max(k.saturating_add(1));
-    }
-    true
+    process::close_all_but(keep).is_ok()
 }
 
 fn report(fd: RawFd, msg: &str) {

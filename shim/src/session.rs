@@ -55,10 +55,11 @@
 //!
 //! The lock descriptor is `O_CLOEXEC`. libcontainer's clones of the supervisor inherit it
 //! (it only marks descriptors close-on-exec), and the sandbox's PID 1, which does not exec,
-//! keeps it, sharing the supervisor's lock: harmless, since that PID 1 keeps the session
-//! alive anyway. The command is exec'd, which closes it; PID 1 is non-dumpable and
-//! `pidfd_getfd` and `ptrace` are denied, so the command cannot reach PID 1's copy either,
-//! and so cannot unlock the session.
+//! holds it, sharing the supervisor's lock, until it has forked the command (then it closes
+//! every descriptor it no longer needs): harmless, since that PID 1 keeps the session alive
+//! anyway. The command is exec'd, which closes it; PID 1 is non-dumpable and `pidfd_getfd`
+//! and `ptrace` are denied, so the command cannot reach PID 1's copy either, and so cannot
+//! unlock the session.
 
 use std::fs;
 use std::io::Write;
