@@ -218,6 +218,17 @@ fn sql(path: &Path, what: &str) -> impl Fn(rusqlite::Error) -> AuditError {
     }
 }
 
+/// How long opening the store retries a busy database (as `busy_timeout`).
+const BUSY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// SQLITE_BUSY or SQLITE_LOCKED: another connection holds what this one needs, for now.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 /// Holds the writers' lock until dropped.
 struct Locked<'a>(&'a std::fs::File);
 
@@ -308,26 +319,38 @@ impl Store {
                 .unwrap_or_else(|_| paths.db.clone()),
             _ => paths.db.clone(),
         };
-        let conn = Connection::open_with_flags(&db, flags).map_err(&e)?;
-        conn.busy_timeout(std::time::Duration::from_secs(30))
-            .map_err(&e)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(&e)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(&e)?;
-        // Every session opens the store, appends twice and closes it. Closing the last
-        // connection would checkpoint (two fsyncs) and delete the WAL, and the next session
-        // would create it again (two more: the file and its directory): on a filesystem busy
-        // with the sandbox's own set-up, that was most of auditing's start-up cost. So the WAL
-        // stays, and is folded into the database every 64 pages instead. (The first connection
-        // replays the WAL when it opens, which costs in proportion to its size: hence small.)
-        conn.set_db_config(
-            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-            true,
-        )
-        .map_err(&e)?;
-        conn.pragma_update(None, "wal_autocheckpoint", WAL_PAGES)
-            .map_err(&e)?;
+        // Opening can meet SQLITE_BUSY without SQLite's busy handler being asked (another
+        // connection closing as the last one, or replaying the WAL, at that very moment): with
+        // dozens of sessions starting and ending at once it did, about once in a few thousand
+        // opens. Busy is transient: try again, for up to as long as the busy timeout.
+        let open = || -> Result<Connection, rusqlite::Error> {
+            let conn = Connection::open_with_flags(&db, flags)?;
+            conn.busy_timeout(BUSY_PATIENCE)?;
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            // Every session opens the store, appends twice and closes it. Closing the last
+            // connection would checkpoint (two fsyncs) and delete the WAL, and the next session
+            // would create it again (two more: the file and its directory): on a filesystem busy
+            // with the sandbox's own set-up, that was most of auditing's start-up cost. So the WAL
+            // stays, and is folded into the database every 64 pages instead. (The first connection
+            // replays the WAL when it opens, which costs in proportion to its size: hence small.)
+            conn.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )?;
+            conn.pragma_update(None, "wal_autocheckpoint", WAL_PAGES)?;
+            Ok(conn)
+        };
+        let started = std::time::Instant::now();
+        let conn = loop {
+            match open() {
+                Ok(c) => break c,
+                Err(err) if is_busy(&err) && started.elapsed() < BUSY_PATIENCE => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(err) => return Err(e(err)),
+            }
+        };
         let _ = std::fs::set_permissions(&paths.db, std::fs::Permissions::from_mode(0o600));
         let head = match create {
             true => Some(open_private(&paths.head).map_err(|source| AuditError::Io {
