@@ -604,8 +604,11 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     let tmp = PrivateTmp::create(&temp_dir, facts.uid)?;
     // A nested `vetto run` reads this sandbox's policy as its ceiling: a file the sandbox may
     // read, not write, outside its TMPDIR. In the runtime directory: where /tmp is a disk
-    // file system, creating and removing a directory with a file there cost ~0.5 ms.
-    let meta = PrivateTmp::create(runtime_root, facts.uid)?;
+    // file system, creating and removing a directory with a file there cost ~0.5 ms. Where
+    // that directory cannot be written (this vetto runs nested in an FS-ONLY sandbox, whose
+    // Landlock rules leave the runtime directory alone), in the temporary directory.
+    let meta = PrivateTmp::create(runtime_root, facts.uid)
+        .or_else(|_| PrivateTmp::create(&temp_dir, facts.uid))?;
     let parent_file = meta.0.join("parent-policy.json");
     std::fs::write(&parent_file, crate::nested::serialize(policy)?)
         .context("writing the policy for nested sandboxes")?;

@@ -517,6 +517,27 @@ both!(a_nested_run_is_fs_only_under_the_parents_controls, |f| {
     assert!(!text.contains("dummy-secret-value"), "{text}");
 });
 
+// The same with the parent itself FS-ONLY: its Landlock rules leave vetto's runtime directory
+// alone, so the nested vetto cannot write there and must manage with its TMPDIR. (Its audit
+// store cannot be the user's either, which the parent masks: it is given one in TMPDIR.)
+both!(a_nested_run_inside_an_fs_only_parent_runs, |f| {
+    let v = vetto_inside(f);
+    let o = f.run_sh(
+        &["-q", "--tier", "fs-only"],
+        &format!(
+            "XDG_STATE_HOME=\"$TMPDIR/state\" {v} run -- sh -c 'cat .env; echo inner-ran' 2>\"$TMPDIR/inner.err\"; echo inner-rc=$?; \
+             cat \"$TMPDIR/inner.err\""
+        ),
+    );
+    let text = out(&o);
+    assert!(
+        text.starts_with("inner-ran\ninner-rc=0\n"),
+        "{text} {}",
+        err(&o)
+    );
+    assert!(!text.contains("dummy-secret-value"), "{text}");
+});
+
 both!(
     a_nested_policy_asking_for_more_than_its_parent_is_refused,
     |f| {
