@@ -241,7 +241,10 @@ fn reap_loop(sfd: RawFd, child: libc::pid_t, status_fd: Option<RawFd>) -> ! {
             }
         }
         // Reap everything that has ended; note the command's own status.
-        while let Ok(st) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+        while let Ok(st) = waitpid(
+            None::<Pid>,
+            Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+        ) {
             match st.pid() {
                 None => break,
                 Some(pid) if pid == child => exit = process::exit_code(st).or(exit),
@@ -252,7 +255,11 @@ fn reap_loop(sfd: RawFd, child: libc::pid_t, status_fd: Option<RawFd>) -> ! {
             // The command is done: every other process of the sandbox dies with it (from
             // PID 1, kill(-1) signals every other process of the namespace).
             let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-            while let Ok(_) | Err(nix::Error::EINTR) = waitpid(None::<Pid>, None) {}
+            // __WALL: also children whose exit signal is not SIGCHLD, so that ECHILD means
+            // none at all is left.
+            while let Ok(_) | Err(nix::Error::EINTR) =
+                waitpid(None::<Pid>, Some(WaitPidFlag::__WALL))
+            {}
             // ECHILD: nothing of the sandbox is left (every orphan of the namespace is PID
             // 1's child). Say so before the kernel's teardown of PID 1 and its namespaces.
             if let Some(fd) = status_fd {

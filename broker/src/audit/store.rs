@@ -323,9 +323,12 @@ impl Store {
         // connection closing as the last one, or replaying the WAL, at that very moment): with
         // dozens of sessions starting and ending at once it did, about once in a few thousand
         // opens. Busy is transient: try again, for up to as long as the busy timeout.
+        let started = std::time::Instant::now();
         let open = || -> Result<Connection, rusqlite::Error> {
             let conn = Connection::open_with_flags(&db, flags)?;
-            conn.busy_timeout(BUSY_PATIENCE)?;
+            // What is left of the patience, so that the retries below do not add to it.
+            let left = BUSY_PATIENCE.saturating_sub(started.elapsed());
+            conn.busy_timeout(left.max(std::time::Duration::from_millis(1)))?;
             conn.pragma_update(None, "journal_mode", "WAL")?;
             conn.pragma_update(None, "synchronous", "NORMAL")?;
             // Every session opens the store, appends twice and closes it. Closing the last
@@ -341,7 +344,6 @@ impl Store {
             conn.pragma_update(None, "wal_autocheckpoint", WAL_PAGES)?;
             Ok(conn)
         };
-        let started = std::time::Instant::now();
         let conn = loop {
             match open() {
                 Ok(c) => break c,
