@@ -181,12 +181,6 @@ struct Child {
     notify_fd: Option<RawFd>,
 }
 
-/// Close every descriptor above 2 but `keep`; `false` if the kernel refused (then the
-/// command must not run: it would inherit what the supervisor holds).
-fn close_all_but(keep: &[RawFd]) -> bool {
-    process::close_all_but(keep).is_ok()
-}
-
 fn report(fd: RawFd, msg: &str) {
     // SAFETY: writing a buffer we own to our error pipe; a failure changes nothing.
     unsafe { libc::write(fd, msg.as_ptr().cast(), msg.len()) };
@@ -253,12 +247,11 @@ fn child_main(mut c: Child) -> ! {
     // and the supervisor's pidfd stay open until exec.
     let mut keep = vec![c.error_fd, c.pidfd];
     keep.extend(c.notify_fd);
-    if !close_all_but(&keep) {
+    // If the kernel refuses, the command must not run: it would inherit what the supervisor
+    // holds.
+    if let Err(e) = process::close_all_but(&keep) {
         fail(
-            &format!(
-                "FS-ONLY: closing the supervisor's descriptors (close_range): {}",
-                std::io::Error::last_os_error()
-            ),
+            &format!("FS-ONLY: closing the supervisor's descriptors ({e})"),
             125,
         );
     }
