@@ -799,7 +799,12 @@ pub fn harden(
     // Every bind source resolved once: what is judged is what is written back, recorded by
     // inode, and checked again in the container's init after libcontainer mounted it.
     let resolved = resolve_sources(spec);
-    let reasons = refusals_resolved(spec, own, &resolved);
+    let mut reasons = refusals_resolved(spec, own, &resolved);
+    if policy.project.value == ProjectAccess::Review {
+        reasons.push(
+            "filesystem.project = \"review\" is for `vetto run` (a container's binds have no change set); use read, write or write-no-delete".into(),
+        );
+    }
     if !reasons.is_empty() {
         return Err(ContainerError::Refused {
             policy: policy_name.to_string(),

@@ -46,6 +46,18 @@ pub struct HostFacts {
     /// Paths a repository's configuration makes git read or run that do not exist yet
     /// (`core.hooksPath`, `include.path`), from [`crate::gitmeta::config_references`].
     pub git_absent: Vec<PathBuf>,
+    /// Review mode's overlay layers for the project (`project = "review"`): the change set's
+    /// upper and work directories, on the project's file system, outside the sandbox's reach.
+    pub review: Option<ReviewLayers>,
+}
+
+/// The upper and work directories of a review-mode overlay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReviewLayers {
+    /// overlayfs' `upperdir`.
+    pub upper: PathBuf,
+    /// overlayfs' `workdir`.
+    pub work: PathBuf,
 }
 
 /// A top-level system directory.
@@ -308,6 +320,7 @@ impl HostFacts {
             host_sealed: vec![],
             git_metadata: vec![],
             git_absent: vec![],
+            review: None,
         })
     }
 }

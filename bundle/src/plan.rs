@@ -231,6 +231,12 @@ pub struct InitMount {
     pub dev: u64,
     /// `st_ino` of the object found on the host.
     pub ino: u64,
+    /// The object lies in review mode's overlay of the project, mounted here: overlayfs shows
+    /// the project's inode numbers (the layers share one file system, which `vetto run`
+    /// checks) under its own device, so the init expects `ino` on the overlay's device, after
+    /// checking that this path is an overlay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<PathBuf>,
 }
 
 /// What the in-container init does.

@@ -84,6 +84,10 @@ pub struct SandboxSection {
 pub enum ProjectAccess {
     /// Read and execute only.
     Read,
+    /// Everything, inside the sandbox, on an overlay of the project: the writes land in a
+    /// change set (`vetto changes`) and reach the project only when a person applies them.
+    /// Narrower than `write-no-delete` for the host: nothing reaches the project by itself.
+    Review,
     /// Create and modify, but not delete or rename (except under `scratch`).
     WriteNoDelete,
     /// Everything, deletion included.
@@ -94,6 +98,7 @@ impl fmt::Display for ProjectAccess {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ProjectAccess::Read => "read",
+            ProjectAccess::Review => "review",
             ProjectAccess::WriteNoDelete => "write-no-delete",
             ProjectAccess::Write => "write",
         })
@@ -127,7 +132,7 @@ impl fmt::Display for HandoffAction {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FilesystemSection {
-    /// Access to the project tree: `read`, `write` or `write-no-delete`.
+    /// Access to the project tree: `read`, `review`, `write` or `write-no-delete`.
     pub project: Option<ProjectAccess>,
     /// Project-relative directories that stay fully writable under `write-no-delete`.
     pub scratch: Option<Vec<String>>,
@@ -423,7 +428,7 @@ mod tests {
         let s = err.to_string();
         assert!(s.contains("line 2, column 11"), "{s}");
         assert!(
-            s.contains("unknown variant `rw`, expected one of `read`, `write-no-delete`, `write`"),
+            s.contains("unknown variant `rw`, expected one of `read`, `review`, `write-no-delete`, `write`"),
             "{s}"
         );
     }

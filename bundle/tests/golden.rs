@@ -65,6 +65,7 @@ fn facts() -> HostFacts {
         host_sealed: vec![],
         git_metadata: vec![],
         git_absent: vec![],
+        review: None,
     }
 }
 

@@ -45,6 +45,9 @@ pub enum MountError {
         /// What is there now.
         found_ino: u64,
     },
+    /// Review mode's project is not an overlay inside the sandbox.
+    #[error("{0} is not the review overlay (its file system is not overlayfs): the masks inside it cannot be checked")]
+    NotOverlay(String),
     /// The mount is not what was asked for when read back.
     #[error("{path}: the {kind:?} mount did not take effect")]
     NotApplied {
@@ -267,18 +270,43 @@ fn read_only(fd: &OwnedFd, path: &Path) -> Result<bool, MountError> {
     Ok(st.f_flag & libc::ST_RDONLY != 0)
 }
 
+/// overlayfs' `f_type`.
+const OVERLAYFS_SUPER_MAGIC: libc::c_long = 0x794c_7630;
+
+/// The device an object of the scan shows inside the sandbox: the host's, or, in review mode's
+/// overlay, the overlay's own (after checking that the overlay's root is one).
+fn expected_dev(m: &InitMount) -> Result<u64, MountError> {
+    let Some(root) = &m.overlay else {
+        return Ok(m.dev);
+    };
+    if !m.path.starts_with(root) {
+        return Err(MountError::BadPath(m.path.display().to_string()));
+    }
+    let fd = open_nofollow(root)?;
+    // SAFETY: an all-zero statfs is a valid value of this plain C struct.
+    let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs fills the struct we own; the descriptor is valid.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut sfs) } as libc::c_long)
+        .map_err(os("statfs", root))?;
+    if sfs.f_type as libc::c_long != OVERLAYFS_SUPER_MAGIC {
+        return Err(MountError::NotOverlay(root.display().to_string()));
+    }
+    Ok(stat_fd(&fd, root)?.st_dev)
+}
+
 /// Make one mount (see the module documentation).
 pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
     let path = m.path.as_path();
+    let dev = expected_dev(m)?;
     let target = open_nofollow(path)?;
     let st = stat_fd(&target, path)?;
     // A `Verify` object must also still be a symlink: a file made after the link was removed
     // may reuse its inode number.
     let is_link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
-    if (st.st_dev, st.st_ino) != (m.dev, m.ino) || (m.kind == InitMountKind::Verify && !is_link) {
+    if (st.st_dev, st.st_ino) != (dev, m.ino) || (m.kind == InitMountKind::Verify && !is_link) {
         return Err(MountError::Changed {
             path: path.display().to_string(),
-            dev: m.dev,
+            dev,
             ino: m.ino,
             found_dev: st.st_dev,
             found_ino: st.st_ino,
@@ -315,15 +343,15 @@ pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
     let after = open_nofollow(path)?;
     let st2 = stat_fd(&after, path)?;
     let ok = match m.kind {
-        InitMountKind::Verify | InitMountKind::Pin => (st2.st_dev, st2.st_ino) == (m.dev, m.ino),
+        InitMountKind::Verify | InitMountKind::Pin => (st2.st_dev, st2.st_ino) == (dev, m.ino),
         InitMountKind::ReadOnly => {
-            (st2.st_dev, st2.st_ino) == (m.dev, m.ino) && read_only(&after, path)?
+            (st2.st_dev, st2.st_ino) == (dev, m.ino) && read_only(&after, path)?
         }
         InitMountKind::MaskFile => is_null_device(&st2),
         InitMountKind::MaskDir => {
             st2.st_mode & libc::S_IFMT == libc::S_IFDIR
                 && st2.st_mode & 0o7777 == 0
-                && (st2.st_dev, st2.st_ino) != (m.dev, m.ino)
+                && (st2.st_dev, st2.st_ino) != (dev, m.ino)
                 && read_only(&after, path)?
         }
     };
@@ -348,6 +376,34 @@ mod tests {
     /// A secret-named symlink checked at start: passes while it is the same link, and fails
     /// closed once a file (or another link) took its name.
     #[test]
+    fn an_overlay_object_outside_an_overlay_fails_closed() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().expect("tmp");
+        let dir = t.path().canonicalize().expect("c");
+        let env = dir.join(".env");
+        std::os::unix::fs::symlink("nowhere", &env).expect("ln");
+        let m = std::fs::symlink_metadata(&env).expect("lstat");
+        // The same object, but claimed to lie in review mode's overlay: the directory is no
+        // overlay, so nothing is checked against a device the init cannot vouch for.
+        let want = InitMount {
+            path: env.clone(),
+            kind: InitMountKind::Verify,
+            dev: m.dev(),
+            ino: m.ino(),
+            overlay: Some(dir.clone()),
+        };
+        let e = apply_one(&want).expect_err("not an overlay");
+        assert!(matches!(e, MountError::NotOverlay(_)), "{e}");
+        // An object outside the overlay's mount point it names is a malformed plan.
+        let want = InitMount {
+            overlay: Some(dir.join("elsewhere")),
+            ..want
+        };
+        let e = apply_one(&want).expect_err("outside");
+        assert!(matches!(e, MountError::BadPath(_)), "{e}");
+    }
+
+    #[test]
     fn verify_fails_when_the_symlink_was_replaced() {
         use std::os::unix::fs::MetadataExt;
         let t = tempfile::tempdir().expect("tmp");
@@ -360,6 +416,7 @@ mod tests {
             kind: InitMountKind::Verify,
             dev: m.dev(),
             ino: m.ino(),
+            overlay: None,
         };
         apply_one(&want).expect("unchanged link");
         std::fs::remove_file(&env).expect("rm");

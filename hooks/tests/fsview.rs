@@ -78,6 +78,7 @@ fn facts(w: &World) -> HostFacts {
         host_sealed: vec![],
         git_metadata: vec![],
         git_absent: vec![],
+        review: None,
     }
 }
 

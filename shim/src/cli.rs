@@ -32,6 +32,10 @@ pub enum Command {
     /// Read, check and export the audit trail.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Review mode's change sets (`--project-access review`): what a session wrote, held
+    /// apart from the project until you apply it.
+    #[command(subcommand)]
+    Changes(ChangesCommand),
     /// Answer the network requests sessions are waiting on, and manage persistent grants and
     /// denials (from another terminal: the sandbox can never answer its own prompt).
     Approvals(ApprovalsArgs),
@@ -276,6 +280,44 @@ pub enum PolicyCommand {
     },
 }
 
+/// `vetto changes` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ChangesCommand {
+    /// Every change set; with an ID, its entries (trust-handoff paths first, then refused ones).
+    List {
+        /// A change set.
+        id: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A unified diff of a change set (text files), a line for everything else.
+    Diff {
+        /// The change set.
+        id: String,
+        /// Only these paths (relative to the project, or absolute inside it) and what is below.
+        paths: Vec<String>,
+    },
+    /// Apply a change set, or some of its paths, to the project.
+    Apply {
+        /// The change set.
+        id: String,
+        /// Only these paths and what is below them.
+        paths: Vec<String>,
+        /// Apply paths the project changed since the session started (never refused entries).
+        #[arg(long)]
+        force: bool,
+        /// Apply trust-handoff paths too (git metadata, editor and agent settings, MCP files).
+        #[arg(long)]
+        include_handoff: bool,
+    },
+    /// Delete a change set.
+    Discard {
+        /// The change set.
+        id: String,
+    },
+}
+
 /// `vetto profiles` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ProfilesCommand {
@@ -300,7 +342,8 @@ pub struct PolicyArgs {
     /// Project directory (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub project: Option<PathBuf>,
-    /// Project access: read, write, write-no-delete.
+    /// Project access: read, write, write-no-delete, or review (writes are held in a change
+    /// set until you apply them: `vetto changes`).
     #[arg(long, value_name = "LEVEL")]
     pub project_access: Option<String>,
     /// Extra read-only root (repeatable).
@@ -360,6 +403,10 @@ pub struct RunArgs {
     /// Do not print the tier line (`vetto: tier FULL, landlock ABI 7`) on stderr.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Continue on review mode's change set ID (the sandbox sees its earlier writes); implies
+    /// `--project-access review`.
+    #[arg(long, value_name = "ID")]
+    pub resume: Option<String>,
     /// The command and its arguments (`vetto run claude`, or after `--`).
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

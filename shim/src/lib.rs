@@ -6,6 +6,8 @@
 pub mod approvals_cmd;
 pub mod audit;
 pub mod broker_cmd;
+pub mod changes;
+pub mod changes_cmd;
 pub mod cli;
 pub mod connect;
 pub mod doctor;

@@ -7,7 +7,9 @@ use clap::{CommandFactory, Parser};
 use tracing_subscriber::EnvFilter;
 
 use vetto::cli::{Cli, Command, PolicyCommand, ProfilesCommand};
-use vetto::{approvals_cmd, audit, broker_cmd, connect, doctor, policy_cmd, run, watch};
+use vetto::{
+    approvals_cmd, audit, broker_cmd, changes_cmd, connect, doctor, policy_cmd, run, watch,
+};
 
 fn init_tracing(verbose: u8) {
     // libcontainer logs its own view of things vetto does differently (seccomp is applied by
@@ -50,6 +52,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Profiles(ProfilesCommand::List) => policy_cmd::profiles_list()?,
         Command::Profiles(ProfilesCommand::Show { name }) => policy_cmd::profiles_show(&name)?,
         Command::Audit(c) => return audit::command(&c).map(ExitCode::from),
+        Command::Changes(c) => return changes_cmd::command(&c).map(ExitCode::from),
         Command::Approvals(a) => return approvals_cmd::command(&a).map(ExitCode::from),
         Command::Watch { store } => return watch::run(store.as_deref()).map(ExitCode::from),
         Command::Doctor { json, no_selftest } => {

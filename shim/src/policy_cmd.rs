@@ -413,13 +413,67 @@ fn audit_mask(project: &Path) -> Result<Option<Sourced<String>>> {
     }))
 }
 
-/// Facts, policy, secret scan and translation, for `explain` and `run`.
+/// The change sets' directory as a secret pattern, if it exists. A project inside it is
+/// refused (it would be a change set's layer, or beside one).
+fn changes_mask(project: &Path) -> Result<Option<Sourced<String>>> {
+    let Some(dir) = vetto_broker::audit::state_dir().map(|d| d.join("changes")) else {
+        return Ok(None);
+    };
+    let Ok(dir) = dir.canonicalize() else {
+        return Ok(None);
+    };
+    if project.starts_with(&dir) {
+        anyhow::bail!(
+            "the project {} is inside vetto's change sets {}: run vetto from the project itself, and apply a change set with `vetto changes apply`",
+            project.display(),
+            dir.display()
+        );
+    }
+    Ok(Some(Sourced {
+        value: dir.display().to_string(),
+        source: Source::Builtin("vetto change sets".into()),
+    }))
+}
+
+/// Facts, policy, secret scan and translation, for `explain` and `run`. Review mode's layers
+/// are shown as a change set that does not exist yet (`vetto run` makes it: [`build_with`]).
 pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation)> {
+    build_with(a, id, &mut |_, _| {
+        let base = vetto_broker::audit::state_dir()
+            .map(|d| d.join("changes/NEW"))
+            .unwrap_or_else(|| PathBuf::from("NEW"));
+        Ok(vetto_bundle::host::ReviewLayers {
+            upper: base.join("upper"),
+            work: base.join("work"),
+        })
+    })
+}
+
+/// Review mode's layers for a policy and host: made (or resumed) by the caller.
+pub type ReviewSetup<'a> =
+    dyn FnMut(&HostFacts, &Policy) -> Result<vetto_bundle::host::ReviewLayers> + 'a;
+
+/// [`build`], with `review` asked for the overlay's layers when the policy's project access is
+/// `review`.
+pub fn build_with(
+    a: &PolicyArgs,
+    id: &str,
+    review: &mut ReviewSetup<'_>,
+) -> Result<(HostFacts, Policy, Translation)> {
     let mut facts = HostFacts::gather(a.project.as_deref())?;
     facts.landlock_abi = vetto_hooks::landlock::abi_version();
     facts.host_private.push(config_dir()?);
     let policy = resolve_policy(a, &facts)?;
     crate::netcheck::validate_network(&policy)?;
+    if policy.project.value == vetto_bundle::policy::ProjectAccess::Review {
+        let layers = review(&facts, &policy)?;
+        // No writable root may hold a change set (the sandbox could rewrite what it is about
+        // to be reviewed on), and none may be shown.
+        if let Some(base) = vetto_broker::audit::state_dir().map(|d| d.join("changes")) {
+            facts.host_sealed.push(base);
+        }
+        facts.review = Some(layers);
+    }
     // vetto's audit store and its key: masked wherever a bind would show them, and no
     // `write` root may hold them.
     let audit = audit_mask(&facts.project)?;
@@ -435,8 +489,12 @@ pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation
             .collect();
         create_state_dirs(&policy, &facts.home, &keep_out)?;
     }
+    // Review mode's change sets, every session's: masked wherever a bind would show them, in
+    // every mode (a sandbox must not read, or be shown, what another session wrote for review).
+    let changes = changes_mask(&facts.project)?;
     let mut patterns = policy.secret_patterns();
     patterns.extend(audit.as_ref());
+    patterns.extend(changes.as_ref());
     let mut listings = crate::session::listing_cache(facts.uid, &facts.project);
     let scan =
         secrets::scan_project_cached(&patterns, &facts.home, &facts.project, true, &mut listings)?;

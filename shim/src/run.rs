@@ -212,7 +212,22 @@ pub fn run(args: &RunArgs) -> Result<u8> {
                 .map(|p| p.display().to_string())
                 .collect();
     }
-    let (facts, policy, mut t) = match policy_cmd::build(&policy_args, "run") {
+    if let Some(id) = &args.resume {
+        match policy_args.project_access.as_deref() {
+            None | Some("review") => policy_args.project_access = Some("review".into()),
+            Some(other) => bail!(
+                "--resume {id} continues a review-mode change set; it cannot be combined with --project-access {other}"
+            ),
+        }
+    }
+    let mut review: Option<crate::changes::session::ReviewRun> = None;
+    let built = policy_cmd::build_with(&policy_args, "run", &mut |facts, policy| {
+        let r = crate::changes::session::ReviewRun::prepare(args.resume.as_deref(), facts, policy)?;
+        let layers = r.layers();
+        review = Some(r);
+        Ok(layers)
+    });
+    let (facts, policy, mut t) = match built {
         Ok(b) => b,
         Err(e) => {
             if let Some(dir) = &audit_dir {
@@ -266,6 +281,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         Tier::Full => "FULL",
         Tier::FsOnly => "FS-ONLY",
     };
+    if review.is_some() && tier == Tier::FsOnly {
+        bail!("review mode needs the FULL tier: the project's overlay is mounted in the sandbox's own mount namespace, which FS-ONLY does not have (see `vetto doctor`)");
+    }
     if !args.quiet {
         let agent = policy
             .agent
@@ -550,6 +568,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     };
     let _ = std::env::set_current_dir(&cwd);
+    if let Some(r) = review.as_mut() {
+        // The sandbox runs on the set from now on: it is kept, whatever happens next.
+        if let Err(e) = r.start() {
+            eprintln!("vetto: review: {e}");
+        }
+    }
     let broker = match (&listen_sock, &net.broker) {
         (Some(sock), Some(plan)) => {
             let want = net.listeners.len() + usize::from(!net.publish.is_empty());
@@ -626,9 +650,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     }
     ph.mark("session");
     let session_id = sess.id.clone();
-    // A read-only project cannot have gained a repository: no walk then.
-    let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
-        .then_some((facts.git_metadata.as_slice(), listings));
+    // A read-only project cannot have gained a repository, nor one under review: no walk then.
+    let known_git = (!matches!(
+        policy.project.value,
+        vetto_bundle::policy::ProjectAccess::Read | vetto_bundle::policy::ProjectAccess::Review
+    ))
+    .then_some((facts.git_metadata.as_slice(), listings));
     crate::handoff::check(
         &t.handoff_watch,
         &t.handoff_links,
@@ -693,6 +720,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // was being torn down detached its mounts from here, in contention with the kernel.
     drop(sess);
     ph.mark("session dir");
+    if let Some(r) = review {
+        eprint!("{}", r.finish());
+    }
     match status {
         Outcome::WallClock => {
             eprintln!(

@@ -12,7 +12,8 @@ use super::{Builder, ExplainItem};
 pub fn write_access(project: ProjectAccess) -> Option<FsAccess> {
     match project {
         ProjectAccess::Read => None,
-        ProjectAccess::Write => Some(FsAccess::ReadWrite),
+        // The overlay: the sandbox's writes go to the change set, not to the project.
+        ProjectAccess::Write | ProjectAccess::Review => Some(FsAccess::ReadWrite),
         ProjectAccess::WriteNoDelete => Some(FsAccess::ReadWriteNoDelete),
     }
 }

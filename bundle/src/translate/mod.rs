@@ -116,6 +116,7 @@ impl Builder {
             kind,
             dev: id.0,
             ino: id.1,
+            overlay: None,
         });
     }
 
@@ -148,16 +149,28 @@ pub fn translate(
     network::check_publish(policy)?;
     let mut b = Builder::default();
     let layout = mounts::layout(&mut b, policy, facts)?;
-    let (handoff_watch, handoff_links) = protect::protect_all(
-        &mut b,
-        policy,
-        facts,
-        &layout.writable_roots,
-        &layout.state_inside,
-    )?;
+    // In review mode nothing the sandbox writes in the project reaches it: the project's
+    // protected paths and git metadata stay writable in the overlay (git works), and `vetto
+    // changes` flags them as trust-handoff paths instead.
+    let review = policy.project.value == crate::policy::ProjectAccess::Review;
+    let protect_roots: Vec<PathBuf> = layout
+        .writable_roots
+        .iter()
+        .filter(|r| !(review && **r == facts.project))
+        .cloned()
+        .collect();
+    let (handoff_watch, handoff_links) =
+        protect::protect_all(&mut b, policy, facts, &protect_roots, &layout.state_inside)?;
     masks::mask(&mut b, secrets, &policy.secret_patterns(), &facts.home)?;
     protect::pin_sealed(&mut b, facts, &layout.writable_roots);
     let mounts = mounts::order(&mut b);
+    if review {
+        for m in &mut b.init_mounts {
+            if m.path.starts_with(&facts.project) {
+                m.overlay = Some(facts.project.clone());
+            }
+        }
+    }
     landlock::note(&mut b);
     let setup = network::broker_setup(policy)?;
     let env = environment::environment(&mut b, policy, facts, setup.as_ref());

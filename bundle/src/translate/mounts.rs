@@ -254,8 +254,24 @@ pub(super) fn layout(
         ProjectAccess::WriteNoDelete => {
             "project, read-write bind; Landlock denies remove and rename"
         }
+        ProjectAccess::Review => {
+            "project, overlay: the project read-only below, the writes in a change set (vetto changes)"
+        }
     };
-    b.bind(&facts.project, project_access != ProjectAccess::Read);
+    if project_access == ProjectAccess::Review {
+        let layers = facts.review.as_ref().ok_or_else(|| TranslateError::Path {
+            key: "filesystem.project".into(),
+            path: "review".into(),
+            reason: "review mode needs a change set (vetto run makes one; vetto-shim has none)"
+                .into(),
+        })?;
+        b.mount(&facts.project, overlay(&facts.project, layers)?);
+        // The overlay shows the project at its own path, as a bind would: the secrets in it
+        // are masked there (and everything else that maps host paths through the binds).
+        b.binds.push((facts.project.clone(), facts.project.clone()));
+    } else {
+        b.bind(&facts.project, project_access != ProjectAccess::Read);
+    }
     if project_access != ProjectAccess::Read {
         writable_roots.push(facts.project.clone());
     }
@@ -321,4 +337,40 @@ pub(super) fn order(b: &mut Builder) -> Vec<Value> {
     b.mounts
         .sort_by_key(|(d, _, seq)| (d.components().count(), *seq));
     b.mounts.iter().map(|(_, m, _)| m.clone()).collect()
+}
+
+/// The review-mode overlay of the project. Redirects, metacopy and the inode index stay off,
+/// so the upper layer holds only plain entries, whiteouts and opaque directories (what
+/// `vetto changes` reads); `userxattr` keeps overlayfs' own attributes in `user.overlay.*`,
+/// which is what an overlay mounted in a user namespace must use.
+fn overlay(project: &Path, layers: &crate::host::ReviewLayers) -> Result<Value, TranslateError> {
+    let mut opts: Vec<String> = vec![];
+    for (key, p) in [
+        ("lowerdir", project),
+        ("upperdir", layers.upper.as_path()),
+        ("workdir", layers.work.as_path()),
+    ] {
+        let s = p.to_str().filter(|s| !s.contains([',', ':', '\\', '\n']));
+        let Some(s) = s else {
+            return Err(TranslateError::Path {
+                key: "filesystem.project".into(),
+                path: p.display().to_string(),
+                reason: format!(
+                    "review mode cannot name this directory as the overlay's {key}: its path is not UTF-8 or holds ',', ':' or '\\'"
+                ),
+            });
+        };
+        opts.push(format!("{key}={s}"));
+    }
+    for o in [
+        "userxattr",
+        "redirect_dir=nofollow",
+        "metacopy=off",
+        "index=off",
+        "nosuid",
+        "nodev",
+    ] {
+        opts.push(o.into());
+    }
+    Ok(json!({"destination": project, "type": "overlay", "source": "overlay", "options": opts}))
 }

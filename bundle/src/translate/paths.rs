@@ -107,7 +107,7 @@ pub(super) fn check_root(
                     key,
                     raw,
                     format!(
-                        "would let the sandbox move or replace {}, vetto's audit store",
+                        "would let the sandbox move or replace {}, vetto's audit store (or its change sets): vetto keeps them from the sandbox",
                         h.display()
                     ),
                 ));

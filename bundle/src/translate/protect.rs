@@ -242,7 +242,20 @@ pub(super) fn protect_all(
             watch_absent(b, &mut handoff_watch, p, policy.handoff.value, &pr.source);
         }
     }
-    if project_access != ProjectAccess::Read {
+    if project_access == ProjectAccess::Review {
+        for pr in policy
+            .protected
+            .iter()
+            .filter(|p| !p.value.starts_with("~/"))
+        {
+            b.note(
+                "protected",
+                &pr.value,
+                "review mode: written to the change set, listed first and applied only with --include-handoff",
+                &pr.source,
+            );
+        }
+    } else if project_access != ProjectAccess::Read {
         for pr in policy
             .protected
             .iter()

@@ -1,0 +1,206 @@
+//! A review-mode session's change set: made (or resumed) before the sandbox is planned, held
+//! locked while the session runs, summarised at its end.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use vetto_bundle::host::{HostFacts, ReviewLayers};
+use vetto_bundle::resolve::Policy;
+
+use super::{ChangeSet, ChangesError, Span};
+
+/// The change set of a `vetto run` in review mode. Dropped before the session started, a set
+/// this run made is removed again: a refused run leaves nothing behind.
+#[derive(Debug)]
+pub struct ReviewRun {
+    cs: Option<ChangeSet>,
+    fresh: bool,
+    started: bool,
+}
+
+/// Linux 5.11 lets a user namespace mount overlayfs; earlier kernels refuse.
+fn kernel_ok() -> Result<(), ChangesError> {
+    let u = nix::sys::utsname::uname().map_err(|e| ChangesError::Review(e.to_string()))?;
+    let rel = u.release().to_string_lossy().into_owned();
+    let mut it = rel
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u32>().unwrap_or(0));
+    let (maj, min) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    if (maj, min) < (5, 11) {
+        return Err(ChangesError::Review(format!(
+            "review mode needs Linux 5.11 or later (overlayfs in a user namespace); this kernel is {rel}"
+        )));
+    }
+    Ok(())
+}
+
+/// The project-relative paths a change set flags as trust-handoff: the policy's project
+/// protected paths and the policy files that lie in the project.
+fn handoff_paths(facts: &HostFacts, policy: &Policy) -> Vec<String> {
+    let mut v: Vec<String> = policy
+        .protected
+        .iter()
+        .map(|p| p.value.clone())
+        .filter(|p| !p.starts_with("~/") && !p.starts_with('/'))
+        .collect();
+    for f in &policy.files {
+        if let Ok(rel) = f.strip_prefix(&facts.project) {
+            v.push(rel.display().to_string());
+        }
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+impl ReviewRun {
+    /// Make a change set for the project, or open `resume` (which must be this project's).
+    /// Refused: an old kernel, a project that holds vetto's change sets (or lies in them), and
+    /// a change set on another file system than the project (the overlay would then show other
+    /// inode numbers than the secret scan saw, and the masks could not be checked).
+    pub fn prepare(
+        resume: Option<&str>,
+        facts: &HostFacts,
+        policy: &Policy,
+    ) -> Result<Self, ChangesError> {
+        kernel_ok()?;
+        let base = super::base_dir()?;
+        let base = base.canonicalize().unwrap_or(base);
+        if base.starts_with(&facts.project) || facts.project.starts_with(&base) {
+            return Err(ChangesError::Review(format!(
+                "the project {} holds vetto's change sets ({}) or lies in them: the sandbox would see them; use another project directory or XDG_STATE_HOME",
+                facts.project.display(),
+                base.display()
+            )));
+        }
+        let (cs, fresh) = match resume {
+            Some(id) => {
+                let cs = ChangeSet::open(id)?;
+                let d = cs.project_dir()?;
+                let _ = d;
+                if cs.meta.project != facts.project {
+                    return Err(ChangesError::Review(format!(
+                        "change set {id} is for the project {}, not {}",
+                        cs.meta.project.display(),
+                        facts.project.display()
+                    )));
+                }
+                (cs, false)
+            }
+            None => (
+                ChangeSet::create(&facts.project, handoff_paths(facts, policy))?,
+                true,
+            ),
+        };
+        let mut run = Self {
+            cs: Some(cs),
+            fresh,
+            started: false,
+        };
+        run.same_fs(&facts.project)?;
+        Ok(run)
+    }
+
+    fn set(&self) -> &ChangeSet {
+        // Present from `prepare` until `finish` or drop.
+        self.cs.as_ref().expect("change set present")
+    }
+
+    fn same_fs(&mut self, project: &Path) -> Result<(), ChangesError> {
+        let upper = self.set().upper();
+        let a = std::fs::metadata(project).map_err(|source| ChangesError::Io {
+            what: "inspect",
+            path: project.to_path_buf(),
+            source,
+        })?;
+        let b = std::fs::metadata(&upper).map_err(|source| ChangesError::Io {
+            what: "inspect",
+            path: upper.clone(),
+            source,
+        })?;
+        if a.dev() != b.dev() {
+            return Err(ChangesError::Review(format!(
+                "the change set {} is on another file system than the project {}: review mode needs both on one (set XDG_STATE_HOME to a directory on the project's file system)",
+                upper.display(),
+                project.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The set's id.
+    pub fn id(&self) -> &str {
+        &self.set().meta.id
+    }
+
+    /// The overlay's layers.
+    pub fn layers(&self) -> ReviewLayers {
+        ReviewLayers {
+            upper: self.set().upper(),
+            work: self.set().work(),
+        }
+    }
+
+    /// The session starts: recorded in the set (which is kept from now on).
+    pub fn start(&mut self) -> Result<(), ChangesError> {
+        self.started = true;
+        let cs = self.cs.as_mut().expect("change set present");
+        cs.meta.sessions.push(Span {
+            started_ms: now_ms(),
+            ended_ms: None,
+        });
+        cs.save()
+    }
+
+    /// The session ended: record it and return the summary for stderr. A new set with nothing
+    /// in it is removed.
+    pub fn finish(mut self) -> String {
+        let Some(mut cs) = self.cs.take() else {
+            return String::new();
+        };
+        if let Some(s) = cs.meta.sessions.last_mut() {
+            s.ended_ms = Some(now_ms());
+        }
+        let saved = cs.save();
+        let id = cs.meta.id.clone();
+        match cs.scan() {
+            Ok(entries) if entries.is_empty() && self.fresh => {
+                let _ = cs.discard();
+                "vetto: review: the session changed nothing in the project; no change set kept\n"
+                    .into()
+            }
+            Ok(entries) => {
+                let mut s = String::from("vetto: review: ");
+                s.push_str(&crate::changes_cmd::summary(&cs, &entries));
+                s.push_str(&format!(
+                    "vetto: review: nothing reached the project. `vetto changes diff {id}` shows the changes, `vetto changes apply {id}` applies them, `vetto changes discard {id}` drops them, `vetto run --resume {id} ...` continues on them\n"
+                ));
+                if let Err(e) = saved {
+                    s.push_str(&format!("vetto: review: {e}\n"));
+                }
+                s
+            }
+            Err(e) => {
+                format!("vetto: review: change set {id} kept, but it could not be read back: {e}\n")
+            }
+        }
+    }
+}
+
+impl Drop for ReviewRun {
+    fn drop(&mut self) {
+        if let Some(cs) = self.cs.take() {
+            if self.fresh && !self.started {
+                let _ = cs.discard();
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

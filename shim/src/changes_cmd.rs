@@ -1,0 +1,186 @@
+//! `vetto changes`: list, diff, apply and discard review mode's change sets ([`crate::changes`]).
+
+use std::fmt::Write as _;
+
+use anyhow::{Context, Result};
+
+use crate::changes::apply::{self, Options, Result1};
+use crate::changes::scan::{Entry, Kind};
+use crate::changes::{self, ChangeSet};
+use crate::cli::ChangesCommand;
+
+/// Run a `vetto changes` command; the exit code is 1 when an `apply` left something selected
+/// unapplied.
+pub fn command(c: &ChangesCommand) -> Result<u8> {
+    match c {
+        ChangesCommand::List { id: None, json } => list_sets(*json),
+        ChangesCommand::List { id: Some(id), json } => {
+            let cs = ChangeSet::open(id)?;
+            let entries = cs.scan()?;
+            if *json {
+                let v = serde_json::json!({ "meta": cs.meta, "entries": entries });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", summary(&cs, &entries));
+            }
+            Ok(0)
+        }
+        ChangesCommand::Diff { id, paths } => {
+            let cs = ChangeSet::open(id)?;
+            let sel = paths
+                .iter()
+                .map(|p| apply::normalize(p, &cs.meta.project))
+                .collect::<Result<Vec<_>, _>>()?;
+            let upper = cs.upper_dir()?;
+            let project = cs.project_dir()?;
+            let entries = cs.scan()?;
+            let mut shown = 0;
+            for e in entries.iter().filter(|e| apply::selected(&sel, &e.path)) {
+                print!("{}", changes::diff::entry(&upper, &project, e)?);
+                shown += 1;
+            }
+            if shown == 0 && !sel.is_empty() {
+                anyhow::bail!(
+                    "changes: nothing in change set {id} under {}",
+                    sel.join(", ")
+                );
+            }
+            Ok(0)
+        }
+        ChangesCommand::Apply {
+            id,
+            paths,
+            force,
+            include_handoff,
+        } => {
+            let mut cs = ChangeSet::open(id)?;
+            let sel = paths
+                .iter()
+                .map(|p| apply::normalize(p, &cs.meta.project))
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = apply::apply(
+                &mut cs,
+                &sel,
+                Options {
+                    force: *force,
+                    include_handoff: *include_handoff,
+                },
+            )
+            .with_context(|| format!("applying change set {id}"))?;
+            let mut n = 0;
+            for (e, r) in &out.entries {
+                let p = e.path.escape_debug();
+                match r {
+                    Result1::Applied if e.kind == Kind::Nothing => {}
+                    Result1::Applied => {
+                        n += 1;
+                        println!("applied  {} {p}", e.kind.tag());
+                    }
+                    Result1::Skipped(why) => println!("skipped  {} {p}: {why}", e.kind.tag()),
+                    Result1::Failed(why) => println!("FAILED   {} {p}: {why}", e.kind.tag()),
+                }
+            }
+            println!("{n} applied to {}", cs.meta.project.display());
+            Ok(if out.all_applied() { 0 } else { 1 })
+        }
+        ChangesCommand::Discard { id } => {
+            let cs = ChangeSet::open(id)?;
+            cs.discard()?;
+            println!("discarded change set {id}");
+            Ok(0)
+        }
+    }
+}
+
+fn list_sets(json: bool) -> Result<u8> {
+    let sets = changes::list()?;
+    if json {
+        let v: Vec<_> = sets
+            .iter()
+            .map(|m| match m {
+                Ok(m) => serde_json::to_value(m).unwrap_or_default(),
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    for m in sets {
+        match m {
+            Ok(m) => println!(
+                "{}  {}  {} session(s)",
+                m.id,
+                m.project.display(),
+                m.sessions.len()
+            ),
+            Err(e) => println!("?  {e}"),
+        }
+    }
+    Ok(0)
+}
+
+/// The review summary of a set: counts, then trust-handoff entries, refused entries and the
+/// rest. Printed by `vetto changes list ID` and at the end of a review-mode session.
+pub fn summary(cs: &ChangeSet, entries: &[Entry]) -> String {
+    let mut s = String::new();
+    let count = |k: Kind| {
+        entries
+            .iter()
+            .filter(|e| e.kind == k && e.refused.is_none())
+            .count()
+    };
+    let handoff: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| e.handoff && e.refused.is_none() && e.kind != Kind::Nothing)
+        .collect();
+    let refused: Vec<&Entry> = entries.iter().filter(|e| e.refused.is_some()).collect();
+    let _ = writeln!(
+        s,
+        "change set {} for {}: {} added, {} modified, {} deleted, {} mode changes, {} replaced; {} trust-handoff, {} refused",
+        cs.meta.id,
+        cs.meta.project.display(),
+        count(Kind::Added),
+        count(Kind::Modified),
+        count(Kind::Deleted),
+        count(Kind::Mode),
+        count(Kind::Replaced),
+        handoff.len(),
+        refused.len()
+    );
+    if !handoff.is_empty() {
+        let _ = writeln!(
+            s,
+            "trust-handoff paths (host tools load or run these; not applied without --include-handoff):"
+        );
+        for e in &handoff {
+            let _ = writeln!(s, "  {} {}", e.kind.tag(), e.path.escape_debug());
+        }
+    }
+    if !refused.is_empty() {
+        let _ = writeln!(s, "refused (never applied):");
+        for e in &refused {
+            let _ = writeln!(
+                s,
+                "  ! {}: {}",
+                e.path.escape_debug(),
+                e.refused.as_deref().unwrap_or("")
+            );
+        }
+    }
+    let rest: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| !e.handoff && e.refused.is_none() && e.kind != Kind::Nothing)
+        .collect();
+    if !rest.is_empty() {
+        let _ = writeln!(s, "changes:");
+        for e in rest {
+            let notes = if e.notes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", e.notes.join("; "))
+            };
+            let _ = writeln!(s, "  {} {}{notes}", e.kind.tag(), e.path.escape_debug());
+        }
+    }
+    s
+}

@@ -1,0 +1,495 @@
+//! Review mode (issue 19): `vetto run --project-access review` holds the sandbox's writes in a
+//! change set; `vetto changes list/diff/apply/discard` and `vetto run --resume`. As root and as
+//! `nobody`. Hostile upper layers are made by hand in a real session's change set.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use vetto_integration::{both, err, out, Fixture};
+
+const REVIEW: &[&str] = &["-q", "--project-access", "review"];
+
+/// Every entry below `root` (not `.env`, which the sandbox sees masked): path, kind, mode and
+/// content digest or link target, one line each, sorted.
+const MANIFEST: &str = r#"
+import hashlib, os, stat, sys
+root = sys.argv[1]
+out = []
+for d, dirs, files in os.walk(root):
+    for n in sorted(dirs + files):
+        p = os.path.join(d, n)
+        rel = os.path.relpath(p, root)
+        if rel.endswith(".env"):
+            continue
+        st = os.lstat(p)
+        mode = oct(stat.S_IMODE(st.st_mode))
+        if stat.S_ISLNK(st.st_mode):
+            out.append(f"{rel} link {os.readlink(p)}")
+        elif stat.S_ISDIR(st.st_mode):
+            out.append(f"{rel} dir {mode}")
+        elif stat.S_ISREG(st.st_mode):
+            out.append(f"{rel} file {mode} " + hashlib.sha256(open(p, "rb").read()).hexdigest())
+        else:
+            out.append(f"{rel} other {mode}")
+print("\n".join(sorted(out)))
+"#;
+
+fn manifest(dir: &Path) -> String {
+    let o = std::process::Command::new("python3")
+        .args(["-c", MANIFEST, &dir.display().to_string()])
+        .output()
+        .expect("python3");
+    assert!(o.status.success(), "{}", err(&o));
+    out(&o)
+}
+
+/// The change set id a review session printed.
+fn set_id(stderr: &str) -> String {
+    stderr
+        .split("change set ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no change set named: {stderr}"))
+        .to_string()
+}
+
+fn changes_dir(f: &Fixture) -> PathBuf {
+    f.home.join(".local/state/vetto/changes")
+}
+
+fn sets(f: &Fixture) -> Vec<String> {
+    std::fs::read_dir(changes_dir(f))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+both!(
+    an_agent_session_reaches_the_project_only_through_apply,
+    |f| {
+        std::fs::write(f.proj.join("old.txt"), "to be deleted\n").expect("w");
+        std::fs::write(f.proj.join("a.txt"), "renamed\n").expect("w");
+        std::fs::write(f.proj.join("tool.sh"), "echo tool\n").expect("w");
+        for (d, files) in [("gone", &["x"][..]), ("redo", &["y", "z"][..])] {
+            std::fs::create_dir_all(f.proj.join(d)).expect("mkdir");
+            for n in files {
+                std::fs::write(f.proj.join(d).join(n), n).expect("w");
+            }
+        }
+        // A secret below the project root is masked in the overlay too.
+        std::fs::create_dir_all(f.proj.join("deploy")).expect("mkdir");
+        std::fs::write(f.proj.join("deploy/.env"), "DEPLOY_KEY=dummy\n").expect("w");
+        sh(&format!(
+        "cd '{}' && export HOME='{}' && git -c safe.directory='*' add old.txt a.txt tool.sh gone redo && git -c safe.directory='*' commit -qm files",
+        f.proj.display(),
+        f.home.display()
+    ));
+        f.own(&f.proj);
+        let before = manifest(&f.proj);
+        let script = "set -e\n\
+         test ! -s .env\n\
+         test ! -s deploy/.env\n\
+         echo 'edited' >> README\n\
+         chmod 755 tool.sh\n\
+         rm -r gone\n\
+         rm -r redo && mkdir redo && echo n > redo/n\n\
+         echo 'new file' > new.txt\n\
+         rm old.txt\n\
+         mv a.txt b.txt\n\
+         mkdir -p src && printf 'fn main() {}\\n' > src/main.rs\n\
+         git add -A README new.txt old.txt a.txt b.txt src tool.sh gone redo\n\
+         git commit -qm 'agent work'\n\
+         python3 -c \"$VETTO_TEST_MANIFEST\" .\n";
+        let mut flags = REVIEW.to_vec();
+        flags.extend(["--pass-env", "VETTO_TEST_MANIFEST"]);
+        let o = f.run_env(
+            &flags,
+            &["/bin/sh", "-c", script],
+            &[("VETTO_TEST_MANIFEST", MANIFEST)],
+        );
+        assert!(o.status.success(), "{}\n{}", out(&o), err(&o));
+        let seen = out(&o);
+        let id = set_id(&err(&o));
+        // Nothing reached the project.
+        assert_eq!(
+            manifest(&f.proj),
+            before,
+            "the host project changed during review"
+        );
+        let e = err(&o);
+        assert!(
+            e.contains("D old.txt") && e.contains("A new.txt") && e.contains("M README"),
+            "{e}"
+        );
+        assert!(
+            e.contains("D a.txt") && e.contains("A b.txt"),
+            "a rename is a delete and an add: {e}"
+        );
+        assert!(e.contains("P tool.sh") && e.contains("D gone\n"), "{e}");
+        assert!(e.contains("R redo\n") && e.contains("A redo/n\n"), "{e}");
+        // Trust-handoff paths (the commit's git metadata) are listed first.
+        let handoff_at = e
+            .find("trust-handoff paths")
+            .unwrap_or_else(|| panic!("no handoff section: {e}"));
+        let changes_at = e.find("changes:").expect("changes section");
+        assert!(handoff_at < changes_at && e.contains("M .git/index"), "{e}");
+        // diff shows exactly those changes.
+        let o = f.vetto(&["changes", "diff", &id]);
+        assert!(o.status.success(), "{}", err(&o));
+        let d = out(&o);
+        assert!(d.contains("--- a/README\n+++ b/README\n"), "{d}");
+        assert!(d.contains("+edited\n"), "{d}");
+        assert!(
+            d.contains("+++ b/new.txt\n") && d.contains("+new file\n"),
+            "{d}"
+        );
+        assert!(
+            d.contains("deleted old.txt\n") && d.contains("-to be deleted\n"),
+            "{d}"
+        );
+        // A plain apply leaves the trust-handoff paths; with them, the project is what the agent saw.
+        let o = f.vetto(&["changes", "apply", &id]);
+        assert_eq!(o.status.code(), Some(1), "{}\n{}", out(&o), err(&o));
+        assert!(
+            out(&o).contains("skipped  M .git/index: a trust-handoff path"),
+            "{}",
+            out(&o)
+        );
+        assert!(f.proj.join("new.txt").exists() && !f.proj.join("old.txt").exists());
+        let o = f.vetto(&["changes", "apply", "--include-handoff", &id]);
+        assert!(o.status.success(), "{}\n{}", out(&o), err(&o));
+        assert_eq!(
+            manifest(&f.proj).trim_end(),
+            seen.trim_end(),
+            "apply is not what the agent saw"
+        );
+        // git on the host sees the agent's commit, with a clean tree.
+        let o = std::process::Command::new("git")
+            .args([
+                "-c",
+                "safe.directory=*",
+                "-C",
+                &f.proj.display().to_string(),
+            ])
+            .args(["log", "--format=%s", "-1"])
+            .env("HOME", &f.home)
+            .output()
+            .expect("git");
+        assert_eq!(out(&o), "agent work\n", "{}", err(&o));
+        // Discard leaves nothing of the set.
+        let o = f.vetto(&["changes", "discard", &id]);
+        assert!(o.status.success(), "{}", err(&o));
+        assert!(sets(f).is_empty(), "{:?}", sets(f));
+    }
+);
+
+both!(
+    a_session_that_changes_nothing_keeps_no_set_and_discard_removes_one,
+    |f| {
+        let o = f.run_sh(REVIEW, "cat README > /dev/null");
+        assert!(o.status.success(), "{}", err(&o));
+        assert!(err(&o).contains("changed nothing"), "{}", err(&o));
+        assert!(sets(f).is_empty(), "{:?}", sets(f));
+        let o = f.run_sh(REVIEW, "echo x > made.txt");
+        let id = set_id(&err(&o));
+        assert_eq!(sets(f), vec![id.clone()]);
+        let o = f.vetto(&["changes", "discard", &id]);
+        assert!(o.status.success(), "{}", err(&o));
+        assert!(sets(f).is_empty());
+        assert!(!f.proj.join("made.txt").exists());
+    }
+);
+
+both!(resume_continues_on_the_same_upper_layer, |f| {
+    let o = f.run_sh(REVIEW, "echo step1 > notes.txt");
+    let id = set_id(&err(&o));
+    let o = f.run_sh(
+        &["-q", "--resume", &id],
+        "cat notes.txt && echo step2 >> notes.txt",
+    );
+    assert_eq!(out(&o), "step1\n", "{}", err(&o));
+    assert!(
+        !f.proj.join("notes.txt").exists(),
+        "resume wrote to the project"
+    );
+    let o = f.vetto(&["changes", "list", &id]);
+    assert!(out(&o).contains("A notes.txt"), "{}", out(&o));
+    let o = f.vetto(&["changes", "list", "--json"]);
+    assert!(out(&o).contains("\"ended_ms\""), "{}", out(&o));
+    let o = f.vetto(&["changes", "apply", &id]);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("notes.txt")).expect("r"),
+        "step1\nstep2\n"
+    );
+    // A set is for one project: resuming it elsewhere is refused.
+    let other = f.root.join("outside");
+    let o = f.vetto(&[
+        "run",
+        "-q",
+        "--project",
+        &other.display().to_string(),
+        "--resume",
+        &id,
+        "--",
+        "true",
+    ]);
+    assert!(!o.status.success());
+    assert!(err(&o).contains("is for the project"), "{}", err(&o));
+    // Resuming an unknown or malformed id is refused.
+    let o = f.run_sh(&["-q", "--resume", "20000101-000000-abcdef"], "true");
+    assert!(err(&o).contains("there is no change set"), "{}", err(&o));
+    let o = f.run_sh(&["-q", "--resume", "../x"], "true");
+    assert!(err(&o).contains("is not a change set id"), "{}", err(&o));
+});
+
+both!(partial_apply_and_paths_changed_meanwhile, |f| {
+    std::fs::write(f.proj.join("one.txt"), "1\n").expect("w");
+    std::fs::write(f.proj.join("two.txt"), "2\n").expect("w");
+    f.own(&f.proj);
+    let o = f.run_sh(REVIEW, "echo agent >> one.txt && echo agent >> two.txt");
+    let id = set_id(&err(&o));
+    // The user edits two.txt after the session started.
+    std::fs::write(f.proj.join("two.txt"), "2 user\n").expect("w");
+    let o = f.vetto(&["changes", "apply", &id, "one.txt"]);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("one.txt")).expect("r"),
+        "1\nagent\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("two.txt")).expect("r"),
+        "2 user\n"
+    );
+    let o = f.vetto(&["changes", "apply", &id, "two.txt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        out(&o).contains("skipped  M two.txt: changed in the project since the session started"),
+        "{}",
+        out(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("two.txt")).expect("r"),
+        "2 user\n"
+    );
+    let o = f.vetto(&["changes", "apply", "--force", &id, "two.txt"]);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("two.txt")).expect("r"),
+        "2\nagent\n"
+    );
+    // Paths outside the project, or climbing out, are refused as arguments.
+    for bad in ["../x", "/etc/passwd"] {
+        let o = f.vetto(&["changes", "apply", &id, bad]);
+        assert!(!o.status.success());
+        assert!(err(&o).contains("inside the project"), "{}", err(&o));
+    }
+});
+
+both!(trust_handoff_files_need_include_handoff, |f| {
+    let o = f.run_sh(
+        REVIEW,
+        "mkdir -p .vscode && echo '{}' > .vscode/tasks.json && echo '{}' > .mcp.json \
+         && git config core.hooksPath /tmp/hooks && echo plain > plain.txt",
+    );
+    let id = set_id(&err(&o));
+    let e = err(&o);
+    let h = e.find("trust-handoff paths").expect("section");
+    for p in [".mcp.json", ".vscode/tasks.json", ".git/config"] {
+        let at = e
+            .find(&format!(" {p}\n"))
+            .unwrap_or_else(|| panic!("{p} not listed: {e}"));
+        assert!(
+            at > h && at < e.find("changes:").expect("changes"),
+            "{p} not first: {e}"
+        );
+    }
+    let o = f.vetto(&["changes", "apply", &id]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(f.proj.join("plain.txt").exists());
+    assert!(!f.proj.join(".mcp.json").exists() && !f.proj.join(".vscode").exists());
+    let cfg = std::fs::read_to_string(f.proj.join(".git/config")).expect("r");
+    assert!(!cfg.contains("hooksPath"), "{cfg}");
+    let o = f.vetto(&["changes", "apply", "--include-handoff", &id]);
+    assert!(o.status.success(), "{}", out(&o));
+    assert!(f.proj.join(".mcp.json").exists() && f.proj.join(".vscode/tasks.json").exists());
+});
+
+/// Run `sh -c` as root (the test runner), for crafting a hostile upper layer by hand.
+fn sh(cmd: &str) {
+    let st = std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .status()
+        .expect("sh");
+    assert!(st.success(), "{cmd}");
+}
+
+both!(
+    hostile_upper_layers_are_refused_or_applied_harmlessly,
+    |f| {
+        if !vetto_integration::is_root() {
+            eprintln!("skipped: crafting device nodes in the upper layer needs a root test runner");
+            return;
+        }
+        std::fs::create_dir_all(f.root.join("outside/target")).expect("mkdir");
+        let o = f.run_sh(REVIEW, "echo seed > seed.txt");
+        let id = set_id(&err(&o));
+        let upper = changes_dir(f).join(&id).join("upper");
+        let outside = f.root.join("outside");
+        sh(&format!(
+            "cd '{u}' && ln -s /etc/passwd abs-link && ln -s ../../outside/target climb-link \
+         && ln -s seed.txt ok-link && printf 'x' > suid \
+         && mkfifo fifo && mknod dev c 1 3 && mknod ghost c 0 0 \
+         && printf 'n' > \"$(printf 'new\\nline')\" && printf 'd' > ..dots \
+         && mkdir lnk && printf 'in' > lnk/f && chown -R {uid}:{uid} . && chmod 4755 suid",
+            u = upper.display(),
+            uid = f.uid
+        ));
+        // The user made `lnk` a symlink out of the project meanwhile.
+        std::os::unix::fs::symlink(&outside, f.proj.join("lnk")).expect("ln");
+        let o = f.vetto(&["changes", "list", &id]);
+        let l = out(&o);
+        for (p, why) in [
+            ("abs-link", "pointing outside the project"),
+            ("climb-link", "pointing outside the project"),
+            ("fifo", "FIFO is never applied"),
+            ("dev", "character device is never applied"),
+            ("new\\nline", "control character"),
+        ] {
+            assert!(
+                l.contains(&format!("! {p}: ")) && l.contains(why),
+                "{p}: {l}"
+            );
+        }
+        assert!(
+            l.contains("suid (setuid/setgid bits are not applied)"),
+            "{l}"
+        );
+        let o = f.vetto(&["changes", "apply", "--force", "--include-handoff", &id]);
+        assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+        let text = out(&o);
+        assert!(text.contains("skipped  A fifo: refused"), "{text}");
+        for p in [
+            "abs-link",
+            "climb-link",
+            "fifo",
+            "dev",
+            "new\nline",
+            "ghost",
+        ] {
+            assert!(
+                f.proj.join(p).symlink_metadata().is_err(),
+                "{p} reached the project: {text}"
+            );
+        }
+        // Harmless ones applied: a link inside, the file without its setuid bit, `..dots`.
+        assert_eq!(
+            std::fs::read_link(f.proj.join("ok-link")).expect("link"),
+            Path::new("seed.txt")
+        );
+        let m = std::fs::metadata(f.proj.join("suid")).expect("suid");
+        assert_eq!(m.permissions().mode() & 0o7777, 0o755, "setuid applied");
+        assert_eq!(std::fs::read(f.proj.join("..dots")).expect("r"), b"d");
+        // The symlink the user put at `lnk` was replaced, not followed: nothing left the project.
+        assert!(f.proj.join("lnk").symlink_metadata().expect("lnk").is_dir());
+        assert_eq!(std::fs::read(f.proj.join("lnk/f")).expect("r"), b"in");
+        assert_eq!(
+            std::fs::read_dir(&outside).expect("ls").count(),
+            1,
+            "something was written outside the project"
+        );
+        assert!(!outside.join("f").exists() && !outside.join("target/f").exists());
+        let _ = m.uid();
+    }
+);
+
+both!(review_mode_refuses_what_it_cannot_hold, |f| {
+    // FS-ONLY has no mount namespace for the overlay.
+    let o = f.run_sh(
+        &["-q", "--tier", "fs-only", "--project-access", "review"],
+        "touch ran",
+    );
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains("review mode needs the FULL tier"),
+        "{}",
+        err(&o)
+    );
+    assert!(!f.proj.join("ran").exists());
+    assert!(
+        sets(f).is_empty(),
+        "a refused run left a change set: {:?}",
+        sets(f)
+    );
+    // Change sets the project would hold.
+    let inside = f.proj.join("state");
+    std::fs::create_dir_all(&inside).expect("mkdir");
+    f.own(&inside);
+    let o = f.run_env(
+        REVIEW,
+        &["touch", "ran"],
+        &[("XDG_STATE_HOME", &inside.display().to_string())],
+    );
+    assert!(!o.status.success());
+    assert!(err(&o).contains("holds vetto's change sets"), "{}", err(&o));
+    assert!(!f.proj.join("ran").exists());
+    // A change set on another file system than the project.
+    let shm = tempfile::Builder::new()
+        .prefix("vetto-it-state.")
+        .tempdir_in("/dev/shm")
+        .expect("tmp");
+    f.own(shm.path());
+    let o = f.run_env(
+        REVIEW,
+        &["touch", "ran"],
+        &[("XDG_STATE_HOME", &shm.path().display().to_string())],
+    );
+    assert!(!o.status.success());
+    assert!(err(&o).contains("on another file system"), "{}", err(&o));
+    assert_eq!(
+        std::fs::read_dir(shm.path().join("vetto/changes"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0,
+        "a refused run left a change set"
+    );
+    // The audit store is inside XDG_STATE_HOME too: the runs above may have made it.
+    let _ = out(&o);
+});
+
+both!(change_sets_are_hidden_from_every_sandbox, |f| {
+    let o = f.run_sh(REVIEW, "echo held-for-review > w.txt");
+    let id = set_id(&err(&o));
+    // A sandbox given the state directory (read-only) sees no change set, in any mode.
+    let state = f.home.join(".local/state").display().to_string();
+    for mode in ["write", "review"] {
+        let o = f.run_sh(
+            &["-q", "--project-access", mode, "--allow-read", &state],
+            &format!(
+                "cat {state}/vetto/changes/{id}/upper/w.txt; ls -a {state}/vetto/changes; echo done"
+            ),
+        );
+        assert!(out(&o).ends_with("done\n"), "{}\n{}", out(&o), err(&o));
+        assert!(!out(&o).contains("held-for-review"), "{}", out(&o));
+        assert!(!out(&o).contains(&id), "{}", out(&o));
+    }
+    // A project inside the change sets is refused.
+    let upper = changes_dir(f).join(&id).join("upper");
+    let o = f.vetto(&[
+        "run",
+        "-q",
+        "--project",
+        &upper.display().to_string(),
+        "--",
+        "true",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains("inside vetto's change sets"),
+        "{}",
+        err(&o)
+    );
+});
