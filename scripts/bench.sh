@@ -49,6 +49,8 @@ BWRAP="bwrap --ro-bind / / --tmpfs /tmp --bind $P $P --dev /dev --proc /proc --u
 VRUN="$work/bin/vetto run --no-user-policy -- /bin/true"
 VRUN_NOAUDIT="$work/bin/vetto run --no-user-policy --no-audit -- /bin/true"
 VRUN_FS="$work/bin/vetto run --no-user-policy --tier fs-only -- /bin/true"
+# Review mode: a change set made, the overlay mounted, and (nothing changed) removed again.
+VRUN_REVIEW="$work/bin/vetto run -q --no-user-policy --project-access review -- /bin/true"
 # Root's audit store for the bench is the bench's own (nobody's is under $work/home).
 export XDG_STATE_HOME="$work/state-root"
 CRUN="crun --root $work/crun-state --cgroup-manager=disabled run --bundle $work/crun"
@@ -74,6 +76,7 @@ add "bwrap root" $BWRAP
 add "vetto root" $VRUN
 add "vetto root (no audit)" $VRUN_NOAUDIT
 add "vetto root FS-ONLY" $VRUN_FS
+add "vetto root review" $VRUN_REVIEW
 add "crun root" $CRUN_ROOT bench-root
 if [ "${#names[@]}" -gt 0 ] && [ "${names[-1]}" != "crun root" ]; then
   add "v2-view wrapper root" unshare -m sh -c "$V2VIEW && /bin/true"
@@ -84,6 +87,7 @@ add "bwrap rootless" $AS_NOBODY $BWRAP
 add "vetto rootless" $AS_NOBODY $VRUN
 add "vetto rootless (no audit)" $AS_NOBODY $VRUN_NOAUDIT
 add "vetto rootless FS-ONLY" $AS_NOBODY $VRUN_FS
+add "vetto rootless review" $AS_NOBODY $VRUN_REVIEW
 add "crun rootless" $AS_NOBODY $CRUN bench-rl
 if [ "${names[-1]}" != "crun rootless" ]; then
   add "v2-view wrapper rootless" $AS_NOBODY unshare -Urm sh -c "$V2VIEW && /bin/true"
@@ -109,6 +113,10 @@ for mode in ("root", "rootless"):
     on, off = f"vetto {mode}", f"vetto {mode} (no audit)"
     if on in r and off in r:
         print(f'audit on/off, {mode}: {ms(on) / ms(off):.3f}x, +{ms(on) - ms(off):.2f} ms (goal <= 0.5 ms)')
+for mode in ("root", "rootless"):
+    on, w = f"vetto {mode} review", f"vetto {mode}"
+    if on in r and w in r:
+        print(f'review mode vs write, {mode}: +{ms(on) - ms(w):.2f} ms (goal <= +1 ms)')
 for mode in ("root", "rootless"):
     crun = next((n for n in (f"crun {mode}", f"crun {mode} (v2 view)") if n in r), None)
     if f"vetto {mode}" in r and crun:
@@ -166,6 +174,24 @@ for tier in full fs-only; do
       | grep -oE 'phase="?(policy|bundle|view)"? ms="?[0-9.]+"?' | grep -oE '[0-9.]+"?$' | tr -d '"' | awk '{s+=$1} END {if (NR) print s}'
   done | sort -n | awk -v t="$tier" '{a[NR]=$1} END {printf "%-8s policy+%s: median %.2f ms (min %.2f, max %.2f)\n", t, (t=="full"?"bundle":"view"), a[int((NR+1)/2)], a[1], a[NR]}'
 done
+
+echo
+echo "== review mode: vetto changes apply of 10,000 changed files (the tree above; one run, root)"
+id=$(cd "$BIG" && "$work/bin/vetto" run --no-user-policy --project-access review -- python3 -c '
+import os
+for d, _, fs in os.walk("."):
+    for f in fs:
+        if f.endswith(".rs"):
+            open(os.path.join(d, f), "a").write("x\n")
+' 2>&1 | grep -oE 'change set [0-9a-f-]+' | head -1 | cut -d' ' -f3)
+if [ -n "$id" ]; then
+  s=$(date +%s%N)
+  "$work/bin/vetto" changes apply "$id" | tail -1
+  e=$(date +%s%N)
+  echo "apply: $(( (e - s) / 1000000 )) ms"
+else
+  echo "apply: the review session made no change set"
+fi
 
 echo
 echo "== network broker: one transfer, sequential connections, idle connections (root, loopback only)"

@@ -94,6 +94,8 @@ fn exceptions(t: &Translation) -> Vec<Exception> {
             // A pin only keeps a directory from being renamed; listing-only above an
             // exception already does.
             InitMountKind::Pin => continue,
+            // Review mode is refused on FS-ONLY; nothing to carry over.
+            InitMountKind::Overlay => continue,
         };
         let path = canonical(&m.path).unwrap_or_else(|| m.path.clone());
         match out

@@ -203,6 +203,11 @@ pub const SOCKS_PORT: u16 = 1080;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum InitMountKind {
+    /// Nothing mounted: review mode's project must be the overlay vetto asked for, whose root
+    /// shows the inode of the change set's upper layer (`ino`) on the overlay's device. A
+    /// project that is anything else (an overlay that failed to mount, another layer) stops
+    /// the command.
+    Overlay,
     /// The directory bound onto itself, writable: a mount point cannot be renamed or removed,
     /// so what is protected beneath it cannot be carried away.
     Pin,

@@ -315,6 +315,8 @@ pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
     let tree = match m.kind {
         // The same symlink, opened with O_NOFOLLOW (checked above): nothing to mount.
         InitMountKind::Verify => return Ok(()),
+        // The overlay with the change set's upper layer (checked above): nothing to mount.
+        InitMountKind::Overlay => return Ok(()),
         InitMountKind::Pin => clone_tree(target.as_raw_fd(), c"", true, path)?,
         InitMountKind::ReadOnly => {
             let t = clone_tree(target.as_raw_fd(), c"", true, path)?;
@@ -343,7 +345,9 @@ pub fn apply_one(m: &InitMount) -> Result<(), MountError> {
     let after = open_nofollow(path)?;
     let st2 = stat_fd(&after, path)?;
     let ok = match m.kind {
-        InitMountKind::Verify | InitMountKind::Pin => (st2.st_dev, st2.st_ino) == (dev, m.ino),
+        InitMountKind::Verify | InitMountKind::Pin | InitMountKind::Overlay => {
+            (st2.st_dev, st2.st_ino) == (dev, m.ino)
+        }
         InitMountKind::ReadOnly => {
             (st2.st_dev, st2.st_ino) == (dev, m.ino) && read_only(&after, path)?
         }
@@ -393,6 +397,17 @@ mod tests {
             overlay: Some(dir.clone()),
         };
         let e = apply_one(&want).expect_err("not an overlay");
+        assert!(matches!(e, MountError::NotOverlay(_)), "{e}");
+        // Review mode's project check: a plain directory is not the overlay.
+        let d = std::fs::metadata(&dir).expect("stat");
+        let project = InitMount {
+            path: dir.clone(),
+            kind: InitMountKind::Overlay,
+            dev: d.dev(),
+            ino: d.ino(),
+            overlay: Some(dir.clone()),
+        };
+        let e = apply_one(&project).expect_err("not an overlay");
         assert!(matches!(e, MountError::NotOverlay(_)), "{e}");
         // An object outside the overlay's mount point it names is a malformed plan.
         let want = InitMount {

@@ -12,6 +12,15 @@ use crate::cli::ChangesCommand;
 /// Run a `vetto changes` command; the exit code is 1 when an `apply` left something selected
 /// unapplied.
 pub fn command(c: &ChangesCommand) -> Result<u8> {
+    // A deep tree holds a descriptor or two per level while it is walked: the soft limit on
+    // descriptors is raised to the hard one (a tree deeper than that fails with the reason,
+    // before anything is applied).
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
     match c {
         ChangesCommand::List { id: None, json } => list_sets(*json),
         ChangesCommand::List { id: Some(id), json } => {

@@ -465,15 +465,6 @@ pub fn build_with(
     facts.host_private.push(config_dir()?);
     let policy = resolve_policy(a, &facts)?;
     crate::netcheck::validate_network(&policy)?;
-    if policy.project.value == vetto_bundle::policy::ProjectAccess::Review {
-        let layers = review(&facts, &policy)?;
-        // No writable root may hold a change set (the sandbox could rewrite what it is about
-        // to be reviewed on), and none may be shown.
-        if let Some(base) = vetto_broker::audit::state_dir().map(|d| d.join("changes")) {
-            facts.host_sealed.push(base);
-        }
-        facts.review = Some(layers);
-    }
     // vetto's audit store and its key: masked wherever a bind would show them, and no
     // `write` root may hold them.
     let audit = audit_mask(&facts.project)?;
@@ -518,6 +509,17 @@ pub fn build_with(
     facts.git_metadata.dedup();
     facts.git_absent.sort();
     facts.git_absent.dedup();
+    // Review mode's change set, once the repositories' metadata is known (it is what the set
+    // flags as trust-handoff).
+    if policy.project.value == vetto_bundle::policy::ProjectAccess::Review {
+        let layers = review(&facts, &policy)?;
+        // No writable root may hold a change set (the sandbox could rewrite what it is about
+        // to be reviewed on), and none may be shown.
+        if let Some(base) = vetto_broker::audit::state_dir().map(|d| d.join("changes")) {
+            facts.host_sealed.push(base);
+        }
+        facts.review = Some(layers);
+    }
     let t = translate(&policy, &facts, &scan.secrets, id)?;
     Ok((facts, policy, t))
 }

@@ -433,6 +433,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         )?),
         _ => None,
     };
+    if let Some(r) = review.as_mut() {
+        r.settle();
+    }
     userns::enter(facts.uid, facts.gid)?;
     ph.mark("userns");
 

@@ -200,10 +200,7 @@ impl Fixture {
             env.retain(|(ek, _)| ek != k);
             env.push((k.to_string(), v.to_string()));
         }
-        self.run_command(flags, argv, &env)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run vetto")
+        output_of(self.run_command(flags, argv, &env).stdin(Stdio::null()))
     }
 
     /// The command `vetto run [flags] -- ARGV...` as this fixture's identity, not started
@@ -222,10 +219,7 @@ impl Fixture {
         let bin = self.bin.display().to_string();
         let mut full: Vec<&str> = vec![&bin];
         full.extend_from_slice(args);
-        self.command(&full, &self.base_env())
-            .stdin(Stdio::null())
-            .output()
-            .expect("run vetto")
+        output_of(self.command(&full, &self.base_env()).stdin(Stdio::null()))
     }
 
     /// Session directories left in the runtime dir.
@@ -244,6 +238,29 @@ impl Fixture {
                 self.uid,
                 p.display()
             ));
+        }
+    }
+}
+
+/// Run `c` and wait for it. The fixture's staged binary was just written: a fork in another
+/// test thread while it was open for writing holds that descriptor until its exec, and
+/// executing the binary meanwhile fails with `ETXTBSY`; that is retried.
+pub fn output_of(c: &mut Command) -> Output {
+    spawn_retrying(c.stdout(Stdio::piped()).stderr(Stdio::piped()))
+        .wait_with_output()
+        .expect("run vetto")
+}
+
+/// `c.spawn()`, retrying `ETXTBSY` (see [`output_of`]).
+pub fn spawn_retrying(c: &mut Command) -> std::process::Child {
+    let mut tries = 0;
+    loop {
+        match c.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r.expect("run vetto"),
         }
     }
 }

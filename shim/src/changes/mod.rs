@@ -130,6 +130,39 @@ pub struct Meta {
     /// change is vetto's own and does not count as the user's.
     #[serde(default)]
     pub accepted: BTreeMap<String, i64>,
+    /// The project's directories when the first session started (relative path -> inode): a
+    /// directory moved in since (its inode differs) is the user's, and `apply` does not write
+    /// into it without `--force` (a file moved with its directory keeps its own ctime).
+    #[serde(default)]
+    pub dirs: BTreeMap<String, u64>,
+}
+
+/// Every directory below `root` (relative path -> inode), not through a symlink and not
+/// into another file system; at most `limit` of them (`None` beyond: too large to record).
+pub fn record_dirs(root: &fsat::Dir, limit: usize) -> Option<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    // Paths, not descriptors, wait on the stack: a wide tree must not hold one open each.
+    let mut stack: Vec<String> = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(d) = root.open_beneath(Path::new(&rel)) else {
+            continue;
+        };
+        for n in d.subdirs().ok()? {
+            let Some(name) = n.to_str() else { continue };
+            let Ok(Some(st)) = d.stat(&n) else { continue };
+            let r = if rel.is_empty() {
+                name.to_string()
+            } else {
+                format!("{rel}/{name}")
+            };
+            out.insert(r.clone(), st.ino);
+            if out.len() > limit {
+                return None;
+            }
+            stack.push(r);
+        }
+    }
+    Some(out)
 }
 
 /// An open, locked change set.
@@ -268,6 +301,7 @@ impl ChangeSet {
                 protected,
                 sessions: vec![],
                 accepted: BTreeMap::new(),
+                dirs: BTreeMap::new(),
             };
             let cs = Self {
                 dir: dir.clone(),

@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
-use super::fsat::{fd_xattr, Dir, Ftype, Stat};
+use super::fsat::{Dir, Ftype, Stat};
 use super::ChangesError;
 
 /// What happened to a path.
@@ -97,9 +97,11 @@ pub fn is_handoff(rel: &str, protected: &[String]) -> bool {
     }) {
         return true;
     }
+    // The path, anything below it, and anything above it: replacing or deleting an ancestor
+    // (or making it a symlink elsewhere) changes the protected path too.
     protected.iter().any(|q| {
-        let q = q.trim_end_matches('/');
-        !q.is_empty() && (p == Path::new(q) || p.starts_with(q))
+        let q = Path::new(q.trim_end_matches('/'));
+        !q.as_os_str().is_empty() && (p.starts_with(q) || q.starts_with(p))
     })
 }
 
@@ -114,17 +116,21 @@ fn name_problem(name: &OsStr) -> Option<String> {
     }
 }
 
-/// Where a symlink at `rel` pointing at `target` lands, lexically; `None` if outside the
-/// project (absolute, or climbing above its root).
+/// Does a symlink at `rel` pointing at `target` stay in the project, whatever the links it
+/// passes through point at? Relative, with `..` only as leading components (a `..` after a
+/// name is resolved where that name's own link points, so `up/..` with `up -> ..` climbs out
+/// although it looks like it cancels), and not climbing above the project's root.
 fn link_inside(rel: &Path, target: &Path) -> bool {
     if target.is_absolute() {
         return false;
     }
     let mut depth: i64 = rel.components().count() as i64 - 1;
+    let mut named = false;
     for c in target.components() {
         match c {
+            Component::ParentDir if named => return false,
             Component::ParentDir => depth -= 1,
-            Component::Normal(_) => depth += 1,
+            Component::Normal(_) => named = true,
             Component::CurDir => {}
             _ => return false,
         }
@@ -143,9 +149,9 @@ const FORBIDDEN: [&str; 4] = [
     "trusted.overlay.metacopy",
 ];
 
-fn forbidden_xattr(fd: libc::c_int) -> Result<Option<&'static str>, std::io::Error> {
+fn forbidden_xattr(dir: &Dir, name: &OsStr) -> Result<Option<&'static str>, std::io::Error> {
     for a in FORBIDDEN {
-        if fd_xattr(fd, a)?.is_some() {
+        if dir.xattr_of(name, a)?.is_some() {
             return Ok(Some(a));
         }
     }
@@ -167,12 +173,13 @@ pub fn scan(upper: &Dir, project: &Dir, protected: &[String]) -> Result<Vec<Entr
     // The root: only its permission bits can differ.
     let us = upper.stat_self().map_err(err("read", ""))?;
     let ps = project.stat_self().map_err(err("read", ""))?;
-    if us.perm & 0o1777 != ps.perm & 0o1777 {
+    let root_perm = us.perm & 0o1777 & !(0o022 & !ps.perm);
+    if root_perm != ps.perm & 0o1777 {
         w.out.push(Entry {
             path: ".".into(),
             what: What::Dir,
             kind: Kind::Mode,
-            perm: us.perm & !0o6000,
+            perm: root_perm,
             handoff: false,
             refused: None,
             in_replaced: false,
@@ -233,6 +240,18 @@ impl Walk<'_> {
                 })?,
                 None => None,
             };
+            // No group or other write bit the project's entry did not have already.
+            let lower_perm = ls
+                .filter(|l| l.ftype == us.ftype)
+                .map(|l| l.perm)
+                .unwrap_or(0);
+            let added_write = e.perm & 0o022 & !lower_perm;
+            if added_write != 0 && matches!(us.ftype, Ftype::File | Ftype::Dir) {
+                e.perm &= !added_write;
+                e.notes.push(format!(
+                    "group/other write bits ({added_write:03o}) are not applied"
+                ));
+            }
             if let Some(p) = name_problem(&name) {
                 e.refused = Some(p);
                 // Nothing below a refused directory is applied either; list it as one entry.
@@ -282,23 +301,31 @@ impl Walk<'_> {
                     self.out.push(e);
                 }
                 Ftype::File => {
-                    let f = upper.open_file(&name).map_err(err("open", &path))?;
-                    use std::os::fd::AsRawFd;
-                    if let Some(a) = forbidden_xattr(f.as_raw_fd()).map_err(err("read", &path))? {
+                    if let Some(a) = forbidden_xattr(upper, &name).map_err(err("read", &path))? {
                         e.refused = Some(format!("carries the overlay attribute {a}"));
+                    }
+                    if let Err(x) = upper.open_file(&name) {
+                        e.refused = Some(format!("cannot be read in the change set ({x})"));
+                        self.out.push(e);
+                        continue;
                     }
                     e.kind = match ls {
                         None => Kind::Added,
                         Some(l) if l.ftype == Ftype::File => {
                             let same = l.size == us.size
-                                && lower
-                                    .map(|d| same_content(upper, d, &name))
-                                    .transpose()
-                                    .map_err(err("compare", &path))?
-                                    .unwrap_or(false);
+                                && match lower.map(|d| same_content(upper, d, &name)) {
+                                    Some(Ok(same)) => same,
+                                    Some(Err(x)) => {
+                                        e.refused = Some(format!(
+                                            "cannot be compared with the project's ({x})"
+                                        ));
+                                        false
+                                    }
+                                    None => false,
+                                };
                             if !same {
                                 Kind::Modified
-                            } else if l.perm & 0o1777 != us.perm & 0o1777 {
+                            } else if l.perm & 0o1777 != e.perm {
                                 Kind::Mode
                             } else {
                                 Kind::Nothing
@@ -309,25 +336,47 @@ impl Walk<'_> {
                     self.out.push(e);
                 }
                 Ftype::Dir => {
-                    let ud = upper.child(&name).map_err(err("open", &path))?;
                     let opaque = OPAQUE.iter().try_fold(false, |acc, a| {
                         Ok::<_, std::io::Error>(
-                            acc || fd_xattr(ud_fd(&ud), a)?.as_deref() == Some(b"y"),
+                            acc || upper.xattr_of(&name, a)?.as_deref() == Some(b"y"),
                         )
                     });
                     let opaque = opaque.map_err(err("read", &path))?;
-                    if let Some(a) = forbidden_xattr(ud_fd(&ud)).map_err(err("read", &path))? {
+                    if let Some(a) = forbidden_xattr(upper, &name).map_err(err("read", &path))? {
                         e.refused = Some(format!("carries the overlay attribute {a}"));
                         self.out.push(e);
                         continue;
                     }
+                    // Nothing below an unreadable directory can be reviewed: it is refused whole.
+                    let ud = match upper.child(&name) {
+                        Ok(d) => d,
+                        Err(x) => {
+                            e.refused = Some(format!(
+                                "a directory that cannot be read in the change set ({x}): nothing in it is applied"
+                            ));
+                            self.out.push(e);
+                            continue;
+                        }
+                    };
                     let lower_dir = match (ls, lower) {
                         (Some(l), Some(ld)) if l.ftype == Ftype::Dir && !opaque => {
-                            Some(ld.child(&name).map_err(|source| ChangesError::Io {
-                                what: "open",
-                                path: PathBuf::from(format!("project: {path}")),
-                                source,
-                            })?)
+                            match ld.child(&name) {
+                                Ok(d) => Some(d),
+                                Err(x) if x.raw_os_error() == Some(libc::EXDEV) => {
+                                    e.refused = Some(
+                                        "a mount point in the project (the sandbox saw the directory beneath it): nothing in it is applied".into(),
+                                    );
+                                    self.out.push(e);
+                                    continue;
+                                }
+                                Err(source) => {
+                                    return Err(ChangesError::Io {
+                                        what: "open",
+                                        path: PathBuf::from(format!("project: {path}")),
+                                        source,
+                                    })
+                                }
+                            }
                         }
                         _ => None,
                     };
@@ -339,7 +388,7 @@ impl Walk<'_> {
                         }
                         Some(_) if lower_dir.is_some() => {
                             replaced_here = false;
-                            if ls.map(|l| l.perm & 0o1777) != Some(us.perm & 0o1777) {
+                            if ls.map(|l| l.perm & 0o1777) != Some(e.perm) {
                                 Kind::Mode
                             } else {
                                 Kind::Nothing
@@ -365,10 +414,6 @@ impl Walk<'_> {
         }
         Ok(())
     }
-}
-
-fn ud_fd(d: &Dir) -> libc::c_int {
-    d.raw()
 }
 
 /// Do the regular files `name` in `a` and `b` hold the same bytes?
@@ -412,8 +457,16 @@ mod tests {
         assert!(!r("a", "../b"));
         assert!(!r("d/a", "../../b"));
         assert!(!r("a", "/etc/passwd"));
-        assert!(r("d/e/a", "../x/../y"));
+        assert!(
+            !r("d/e/a", "../x/../y"),
+            "a `..` after a name may climb through a link"
+        );
         assert!(!r("d/a", "x/../../../y"));
+        assert!(
+            !r("a/t", "up/.."),
+            "`up -> ..` then `..` is the project's parent"
+        );
+        assert!(r("d/e/a", "../../x/y"));
     }
 
     #[test]
@@ -430,6 +483,7 @@ mod tests {
         assert!(is_handoff(".github/workflows/ci.yml", &p));
         assert!(!is_handoff(".github/CODEOWNERS", &p));
         assert!(!is_handoff("src/main.rs", &p));
+        assert!(is_handoff(".github", &p), "an ancestor of a protected path");
         assert!(!is_handoff(".vscodex", &p));
     }
 

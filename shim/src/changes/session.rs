@@ -16,7 +16,13 @@ pub struct ReviewRun {
     cs: Option<ChangeSet>,
     fresh: bool,
     started: bool,
+    /// The walk recording the project's directories (a new set's), while the sandbox is
+    /// being planned.
+    dirs: Option<std::thread::JoinHandle<Option<std::collections::BTreeMap<String, u64>>>>,
 }
+
+/// At most this many directories are recorded (beyond, a moved-in directory is not detected).
+const DIRS_LIMIT: usize = 200_000;
 
 /// Linux 5.11 lets a user namespace mount overlayfs; earlier kernels refuse.
 fn kernel_ok() -> Result<(), ChangesError> {
@@ -35,19 +41,39 @@ fn kernel_ok() -> Result<(), ChangesError> {
     Ok(())
 }
 
-/// The project-relative paths a change set flags as trust-handoff: the policy's project
-/// protected paths and the policy files that lie in the project.
+/// The project-relative paths a change set flags as trust-handoff (with what lies below and
+/// above them): what write mode would protect in the project. The policy's project protected
+/// paths, and where one is a symlink, what it resolves to; the policy files in the project;
+/// every repository's metadata the scan found (nested repositories, separate git
+/// directories); and what the repositories' configuration makes git read or run
+/// (`core.hooksPath`, included files), present or not.
 fn handoff_paths(facts: &HostFacts, policy: &Policy) -> Vec<String> {
-    let mut v: Vec<String> = policy
-        .protected
-        .iter()
-        .map(|p| p.value.clone())
-        .filter(|p| !p.starts_with("~/") && !p.starts_with('/'))
-        .collect();
-    for f in &policy.files {
-        if let Ok(rel) = f.strip_prefix(&facts.project) {
-            v.push(rel.display().to_string());
+    let project = &facts.project;
+    let mut v: Vec<String> = vec![];
+    let mut add = |p: &Path| {
+        if let Ok(rel) = p.strip_prefix(project) {
+            if !rel.as_os_str().is_empty() {
+                v.push(rel.display().to_string());
+            }
         }
+    };
+    for pr in &policy.protected {
+        if pr.value.starts_with("~/") || pr.value.starts_with('/') {
+            continue;
+        }
+        let p = project.join(&pr.value);
+        add(&p);
+        if let Ok(target) = p.canonicalize() {
+            add(&target);
+        }
+    }
+    for f in policy
+        .files
+        .iter()
+        .chain(&facts.git_metadata)
+        .chain(&facts.git_absent)
+    {
+        add(f);
     }
     v.sort();
     v.dedup();
@@ -93,10 +119,18 @@ impl ReviewRun {
                 true,
             ),
         };
+        let dirs = fresh.then(|| {
+            let project = facts.project.clone();
+            std::thread::spawn(move || {
+                let d = super::fsat::Dir::open(&project).ok()?;
+                super::record_dirs(&d, DIRS_LIMIT)
+            })
+        });
         let mut run = Self {
             cs: Some(cs),
             fresh,
             started: false,
+            dirs,
         };
         run.same_fs(&facts.project)?;
         Ok(run)
@@ -139,6 +173,17 @@ impl ReviewRun {
         ReviewLayers {
             upper: self.set().upper(),
             work: self.set().work(),
+        }
+    }
+
+    /// Wait for the record of the project's directories (before the process may need to be
+    /// single-threaded again: entering a user namespace).
+    pub fn settle(&mut self) {
+        if let Some(h) = self.dirs.take() {
+            let dirs = h.join().ok().flatten();
+            if let (Some(cs), Some(dirs)) = (self.cs.as_mut(), dirs) {
+                cs.meta.dirs = dirs;
+            }
         }
     }
 
@@ -190,6 +235,7 @@ impl ReviewRun {
 
 impl Drop for ReviewRun {
     fn drop(&mut self) {
+        self.settle();
         if let Some(cs) = self.cs.take() {
             if self.fresh && !self.started {
                 let _ = cs.discard();
