@@ -377,24 +377,34 @@ pub fn apply(mounts: &[InitMount]) -> Result<(), MountError> {
 mod tests {
     use super::*;
 
-    /// A secret-named symlink checked at start: passes while it is the same link, and fails
-    /// closed once a file (or another link) took its name.
-    #[test]
-    fn an_overlay_object_outside_an_overlay_fails_closed() {
+    /// A symlink named `.env` in a new directory, and the (Verify) mount the scan would plan
+    /// for it. The directory is returned to keep it alive.
+    fn linked_env() -> (tempfile::TempDir, std::path::PathBuf, InitMount) {
         use std::os::unix::fs::MetadataExt;
         let t = tempfile::tempdir().expect("tmp");
         let dir = t.path().canonicalize().expect("c");
         let env = dir.join(".env");
         std::os::unix::fs::symlink("nowhere", &env).expect("ln");
         let m = std::fs::symlink_metadata(&env).expect("lstat");
-        // The same object, but claimed to lie in review mode's overlay: the directory is no
-        // overlay, so nothing is checked against a device the init cannot vouch for.
         let want = InitMount {
-            path: env.clone(),
+            path: env,
             kind: InitMountKind::Verify,
             dev: m.dev(),
             ino: m.ino(),
+            overlay: None,
+        };
+        (t, dir, want)
+    }
+
+    #[test]
+    fn an_overlay_object_outside_an_overlay_fails_closed() {
+        use std::os::unix::fs::MetadataExt;
+        let (_t, dir, want) = linked_env();
+        // The same object, but claimed to lie in review mode's overlay: the directory is no
+        // overlay, so nothing is checked against a device the init cannot vouch for.
+        let want = InitMount {
             overlay: Some(dir.clone()),
+            ..want
         };
         let e = apply_one(&want).expect_err("not an overlay");
         assert!(matches!(e, MountError::NotOverlay(_)), "{e}");
@@ -418,21 +428,12 @@ mod tests {
         assert!(matches!(e, MountError::BadPath(_)), "{e}");
     }
 
+    /// A secret-named symlink checked at start: passes while it is the same link, and fails
+    /// closed once a file (or another link) took its name.
     #[test]
     fn verify_fails_when_the_symlink_was_replaced() {
-        use std::os::unix::fs::MetadataExt;
-        let t = tempfile::tempdir().expect("tmp");
-        let dir = t.path().canonicalize().expect("c");
-        let env = dir.join(".env");
-        std::os::unix::fs::symlink("nowhere", &env).expect("ln");
-        let m = std::fs::symlink_metadata(&env).expect("lstat");
-        let want = InitMount {
-            path: env.clone(),
-            kind: InitMountKind::Verify,
-            dev: m.dev(),
-            ino: m.ino(),
-            overlay: None,
-        };
+        let (_t, _dir, want) = linked_env();
+        let env = want.path.clone();
         apply_one(&want).expect("unchanged link");
         std::fs::remove_file(&env).expect("rm");
         std::fs::write(&env, "API_KEY=secret").expect("w");

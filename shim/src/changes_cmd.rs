@@ -42,7 +42,7 @@ pub fn command(c: &ChangesCommand) -> Result<u8> {
                 .collect::<Result<Vec<_>, _>>()?;
             let upper = cs.upper_dir()?;
             let project = cs.project_dir()?;
-            let entries = cs.scan()?;
+            let entries = changes::scan::scan(&upper, &project, &cs.meta.protected)?;
             let mut shown = 0;
             for e in entries.iter().filter(|e| apply::selected(&sel, &e.path)) {
                 print!("{}", changes::diff::entry(&upper, &project, e)?);

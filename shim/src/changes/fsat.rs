@@ -200,46 +200,35 @@ impl Dir {
         Ok(Stat::from(&st))
     }
 
-    /// Device and inode of this directory.
-    pub fn id(&self) -> io::Result<(u64, u64)> {
-        // SAFETY: as in `stat`.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat writes into `st`, which we own.
-        if unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((st.st_dev, st.st_ino))
-    }
-
-    /// The entries' names, sorted, without `.` and `..`.
-    pub fn names(&self) -> io::Result<Vec<OsString>> {
+    /// Every entry but `.` and `..`: its name, and whether it is a directory as `getdents`
+    /// reports it (`None` when it does not say).
+    fn entries(&self) -> io::Result<Vec<(OsString, Option<bool>)>> {
         let mut d = nix::dir::Dir::from_fd(nix::unistd::dup(self.fd.as_raw_fd())?)?;
         let mut v = vec![];
         for e in d.iter() {
             let e = e?;
             let n = e.file_name().to_bytes();
             if n != b"." && n != b".." {
-                v.push(OsString::from_vec(n.to_vec()));
+                let is_dir = e.file_type().map(|t| t == nix::dir::Type::Directory);
+                v.push((OsString::from_vec(n.to_vec()), is_dir));
             }
         }
+        Ok(v)
+    }
+
+    /// The entries' names, sorted, without `.` and `..`.
+    pub fn names(&self) -> io::Result<Vec<OsString>> {
+        let mut v: Vec<OsString> = self.entries()?.into_iter().map(|(n, _)| n).collect();
         v.sort();
         Ok(v)
     }
 
-    /// The names of the entries that are directories (by the type `getdents` reports; an
-    /// unknown type is looked up), without `.` and `..`.
+    /// The names of the entries that are directories (an unknown type is looked up).
     pub fn subdirs(&self) -> io::Result<Vec<OsString>> {
-        let mut d = nix::dir::Dir::from_fd(nix::unistd::dup(self.fd.as_raw_fd())?)?;
         let mut v = vec![];
-        for e in d.iter() {
-            let e = e?;
-            let n = e.file_name().to_bytes();
-            if n == b"." || n == b".." {
-                continue;
-            }
-            let name = OsString::from_vec(n.to_vec());
-            let is_dir = match e.file_type() {
-                Some(t) => t == nix::dir::Type::Directory,
+        for (name, is_dir) in self.entries()? {
+            let is_dir = match is_dir {
+                Some(d) => d,
                 None => self.stat(&name)?.is_some_and(|s| s.ftype == Ftype::Dir),
             };
             if is_dir {

@@ -185,11 +185,14 @@ pub fn valid_id(id: &str) -> bool {
         && !id.starts_with('-')
 }
 
-/// `state_dir()/changes`, created 0700 if absent and checked to be the caller's and private.
+/// `state_dir()/changes`: where change sets live (not made here).
+pub fn dir() -> Option<PathBuf> {
+    vetto_broker::audit::state_dir().map(|d| d.join("changes"))
+}
+
+/// [`dir`], created 0700 if absent and checked to be the caller's and private.
 pub fn base_dir() -> Result<PathBuf, ChangesError> {
-    let d = vetto_broker::audit::state_dir()
-        .ok_or(ChangesError::NoStateDir)?
-        .join("changes");
+    let d = dir().ok_or(ChangesError::NoStateDir)?;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -387,8 +390,8 @@ impl ChangeSet {
             why,
         };
         let d = fsat::Dir::open(p).map_err(|e| moved(e.to_string()))?;
-        let (dev, ino) = d.id().map_err(|e| moved(e.to_string()))?;
-        if (dev, ino) != (self.meta.project_dev, self.meta.project_ino) {
+        let st = d.stat_self().map_err(|e| moved(e.to_string()))?;
+        if (st.dev, st.ino) != (self.meta.project_dev, self.meta.project_ino) {
             return Err(moved("another directory is there now".into()));
         }
         Ok(d)

@@ -304,16 +304,19 @@ impl Walk<'_> {
                     if let Some(a) = forbidden_xattr(upper, &name).map_err(err("read", &path))? {
                         e.refused = Some(format!("carries the overlay attribute {a}"));
                     }
-                    if let Err(x) = upper.open_file(&name) {
-                        e.refused = Some(format!("cannot be read in the change set ({x})"));
-                        self.out.push(e);
-                        continue;
-                    }
+                    let f = match upper.open_file(&name) {
+                        Ok(f) => f,
+                        Err(x) => {
+                            e.refused = Some(format!("cannot be read in the change set ({x})"));
+                            self.out.push(e);
+                            continue;
+                        }
+                    };
                     e.kind = match ls {
                         None => Kind::Added,
                         Some(l) if l.ftype == Ftype::File => {
                             let same = l.size == us.size
-                                && match lower.map(|d| same_content(upper, d, &name)) {
+                                && match lower.map(|d| same_content(f, d, &name)) {
                                     Some(Ok(same)) => same,
                                     Some(Err(x)) => {
                                         e.refused = Some(format!(
@@ -416,10 +419,9 @@ impl Walk<'_> {
     }
 }
 
-/// Do the regular files `name` in `a` and `b` hold the same bytes?
-fn same_content(a: &Dir, b: &Dir, name: &OsStr) -> std::io::Result<bool> {
+/// Do the open file `fa` and the regular file `name` in `b` hold the same bytes?
+fn same_content(mut fa: std::fs::File, b: &Dir, name: &OsStr) -> std::io::Result<bool> {
     use std::io::Read;
-    let mut fa = a.open_file(name)?;
     let mut fb = b.open_file(name)?;
     let mut ba = vec![0u8; 64 * 1024];
     let mut bb = vec![0u8; 64 * 1024];

@@ -103,8 +103,8 @@ impl ReviewRun {
         let (cs, fresh) = match resume {
             Some(id) => {
                 let cs = ChangeSet::open(id)?;
-                let d = cs.project_dir()?;
-                let _ = d;
+                // The project the set was made from, still the same directory.
+                cs.project_dir()?;
                 if cs.meta.project != facts.project {
                     return Err(ChangesError::Review(format!(
                         "change set {id} is for the project {}, not {}",
