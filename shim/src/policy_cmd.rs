@@ -390,48 +390,28 @@ pub fn resolve_policy(a: &PolicyArgs, facts: &HostFacts) -> Result<Policy> {
     )?)
 }
 
-/// The audit store's directory as a secret pattern, if it exists (`vetto run` makes it before
-/// planning, so it does). A project inside it is refused: the store cannot be hidden from a
-/// sandbox that is given its directory.
-fn audit_mask(project: &Path) -> Result<Option<Sourced<String>>> {
-    let Some(dir) = vetto_broker::audit::user_dir() else {
-        return Ok(None);
-    };
-    let Ok(dir) = dir.canonicalize() else {
+/// One of vetto's private directories as a secret pattern, if it exists (`vetto run` makes it
+/// before planning). A project inside it is refused (`why`): it cannot be hidden from a
+/// sandbox that is given it. `what` names it in `explain`.
+fn private_mask(
+    dir: Option<PathBuf>,
+    project: &Path,
+    what: &str,
+    why: &str,
+) -> Result<Option<Sourced<String>>> {
+    let Some(Ok(dir)) = dir.map(|d| d.canonicalize()) else {
         return Ok(None);
     };
     if project.starts_with(&dir) {
         anyhow::bail!(
-            "the project {} is inside vetto's audit store {}: the sandbox would reach the store and its key",
+            "the project {} is inside {what} {}: {why}",
             project.display(),
             dir.display()
         );
     }
     Ok(Some(Sourced {
         value: dir.display().to_string(),
-        source: Source::Builtin("vetto audit store".into()),
-    }))
-}
-
-/// The change sets' directory as a secret pattern, if it exists. A project inside it is
-/// refused (it would be a change set's layer, or beside one).
-fn changes_mask(project: &Path) -> Result<Option<Sourced<String>>> {
-    let Some(dir) = vetto_broker::audit::state_dir().map(|d| d.join("changes")) else {
-        return Ok(None);
-    };
-    let Ok(dir) = dir.canonicalize() else {
-        return Ok(None);
-    };
-    if project.starts_with(&dir) {
-        anyhow::bail!(
-            "the project {} is inside vetto's change sets {}: run vetto from the project itself, and apply a change set with `vetto changes apply`",
-            project.display(),
-            dir.display()
-        );
-    }
-    Ok(Some(Sourced {
-        value: dir.display().to_string(),
-        source: Source::Builtin("vetto change sets".into()),
+        source: Source::Builtin(what.into()),
     }))
 }
 
@@ -439,8 +419,8 @@ fn changes_mask(project: &Path) -> Result<Option<Sourced<String>>> {
 /// are shown as a change set that does not exist yet (`vetto run` makes it: [`build_with`]).
 pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation)> {
     build_with(a, id, &mut |_, _| {
-        let base = vetto_broker::audit::state_dir()
-            .map(|d| d.join("changes/NEW"))
+        let base = crate::changes::dir()
+            .map(|d| d.join("NEW"))
             .unwrap_or_else(|| PathBuf::from("NEW"));
         Ok(vetto_bundle::host::ReviewLayers {
             upper: base.join("upper"),
@@ -465,11 +445,28 @@ pub fn build_with(
     facts.host_private.push(config_dir()?);
     let policy = resolve_policy(a, &facts)?;
     crate::netcheck::validate_network(&policy)?;
-    // vetto's audit store and its key: masked wherever a bind would show them, and no
-    // `write` root may hold them.
-    let audit = audit_mask(&facts.project)?;
-    if let Some(a) = &audit {
-        facts.host_sealed.push(PathBuf::from(&a.value));
+    let review_mode = policy.project.value == vetto_bundle::policy::ProjectAccess::Review;
+    if review_mode && id == "run" {
+        // Made now, so that it is masked and sealed below like any existing one.
+        crate::changes::base_dir()?;
+    }
+    // vetto's audit store and its key, and review mode's change sets (every session's): masked
+    // wherever a bind would show them, and no `write` root may hold them (a rename of an
+    // ancestor would carry them away, and a sandbox could plant a change set in their place).
+    let audit = private_mask(
+        vetto_broker::audit::user_dir(),
+        &facts.project,
+        "vetto's audit store",
+        "the sandbox would reach the store and its key",
+    )?;
+    let changes = private_mask(
+        crate::changes::dir(),
+        &facts.project,
+        "vetto's change sets",
+        "run vetto from the project itself, and apply a change set with `vetto changes apply`",
+    )?;
+    for m in audit.iter().chain(&changes) {
+        facts.host_sealed.push(PathBuf::from(&m.value));
     }
     if id == "run" {
         let keep_out: Vec<PathBuf> = facts
@@ -480,9 +477,6 @@ pub fn build_with(
             .collect();
         create_state_dirs(&policy, &facts.home, &keep_out)?;
     }
-    // Review mode's change sets, every session's: masked wherever a bind would show them, in
-    // every mode (a sandbox must not read, or be shown, what another session wrote for review).
-    let changes = changes_mask(&facts.project)?;
     let mut patterns = policy.secret_patterns();
     patterns.extend(audit.as_ref());
     patterns.extend(changes.as_ref());
@@ -511,14 +505,8 @@ pub fn build_with(
     facts.git_absent.dedup();
     // Review mode's change set, once the repositories' metadata is known (it is what the set
     // flags as trust-handoff).
-    if policy.project.value == vetto_bundle::policy::ProjectAccess::Review {
-        let layers = review(&facts, &policy)?;
-        // No writable root may hold a change set (the sandbox could rewrite what it is about
-        // to be reviewed on), and none may be shown.
-        if let Some(base) = vetto_broker::audit::state_dir().map(|d| d.join("changes")) {
-            facts.host_sealed.push(base);
-        }
-        facts.review = Some(layers);
+    if review_mode {
+        facts.review = Some(review(&facts, &policy)?);
     }
     let t = translate(&policy, &facts, &scan.secrets, id)?;
     Ok((facts, policy, t))

@@ -476,6 +476,22 @@ both!(change_sets_are_hidden_from_every_sandbox, |f| {
         assert!(!out(&o).contains("held-for-review"), "{}", out(&o));
         assert!(!out(&o).contains(&id), "{}", out(&o));
     }
+    // No sandbox, in any mode, gets them (or a directory above them) writable: it could move
+    // them away and plant a change set of its own in their place.
+    let changes = changes_dir(f).display().to_string();
+    for mode in ["write", "review"] {
+        let o = f.run_sh(
+            &["-q", "--project-access", mode, "--allow-write", &changes],
+            "touch ran",
+        );
+        assert!(!o.status.success(), "{mode}: {}", out(&o));
+        assert!(
+            err(&o).contains("vetto keeps them from the sandbox"),
+            "{}",
+            err(&o)
+        );
+    }
+    assert!(!f.proj.join("ran").exists());
     // A project inside the change sets is refused.
     let upper = changes_dir(f).join(&id).join("upper");
     let o = f.vetto(&[
