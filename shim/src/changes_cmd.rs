@@ -117,10 +117,14 @@ fn list_sets(json: bool) -> Result<u8> {
     for m in sets {
         match m {
             Ok(m) => println!(
-                "{}  {}  {} session(s)",
+                "{}  {}  {} session(s){}",
                 m.id,
                 m.project.display(),
-                m.sessions.len()
+                m.sessions.len(),
+                match m.boot_id.is_some() && m.boot_id != changes::boot_id() {
+                    true => "  (last used before a restart)",
+                    false => "",
+                }
             ),
             Err(e) => println!("?  {e}"),
         }
@@ -156,6 +160,12 @@ pub fn summary(cs: &ChangeSet, entries: &[Entry]) -> String {
         handoff.len(),
         refused.len()
     );
+    if cs.unsynced_before_restart() {
+        let _ = writeln!(
+            s,
+            "WARNING: the system restarted after this set's last session, whose writes were left to the kernel to flush: after a crash, files in it may be incomplete (apply needs --force; it cannot be resumed)"
+        );
+    }
     if !handoff.is_empty() {
         let _ = writeln!(
             s,

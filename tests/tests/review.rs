@@ -246,6 +246,61 @@ both!(resume_continues_on_the_same_upper_layer, |f| {
     assert!(err(&o).contains("is not a change set id"), "{}", err(&o));
 });
 
+// The overlay is mounted `volatile`: a session's end does not wait for its writes to reach the
+// disk, and overlayfs leaves a marker in the set's work directory. In the same boot the set is
+// whole (the page cache holds what the disk does not yet): the resume above clears the marker
+// (overlayfs would refuse the mount otherwise). A set last used before a restart may have lost
+// writes in a crash: it is not resumed, and apply needs --force. The restart is simulated by
+// giving the set another boot id.
+both!(
+    a_set_last_used_before_a_restart_is_not_taken_as_whole,
+    |f| {
+        let o = f.run_sh(REVIEW, "echo kept > notes.txt");
+        let id = set_id(&err(&o));
+        let set = changes_dir(f).join(&id);
+        assert!(
+            set.join("work/work/incompat/volatile").exists(),
+            "the overlay was not mounted volatile"
+        );
+        let meta = set.join("meta.json");
+        let body = std::fs::read_to_string(&meta).expect("meta");
+        let mut v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot_id");
+        assert_eq!(v["boot_id"].as_str(), Some(boot.trim()), "{body}");
+        v["boot_id"] = serde_json::Value::from("00000000-0000-0000-0000-000000000000");
+        std::fs::write(&meta, serde_json::to_vec(&v).expect("ser")).expect("w");
+
+        let o = f.run_sh(&["-q", "--resume", &id], "echo resumed > more.txt");
+        assert!(!o.status.success(), "resumed: {}", err(&o));
+        assert!(
+            err(&o).contains("before the system restarted"),
+            "{}",
+            err(&o)
+        );
+        let o = f.vetto(&["changes", "list"]);
+        assert!(
+            out(&o).contains("last used before a restart"),
+            "{}",
+            out(&o)
+        );
+        let o = f.vetto(&["changes", "list", &id]);
+        assert!(out(&o).contains("WARNING"), "{}", out(&o));
+        let o = f.vetto(&["changes", "apply", &id]);
+        assert!(!o.status.success(), "applied: {}", out(&o));
+        assert!(err(&o).contains("apply` needs --force"), "{}", err(&o));
+        assert!(!f.proj.join("notes.txt").exists());
+        let o = f.vetto(&["changes", "apply", &id, "--force"]);
+        assert!(o.status.success(), "{} {}", out(&o), err(&o));
+        assert_eq!(
+            std::fs::read_to_string(f.proj.join("notes.txt")).expect("r"),
+            "kept\n"
+        );
+        let o = f.vetto(&["changes", "discard", &id]);
+        assert!(o.status.success(), "{}", err(&o));
+        assert!(sets(f).is_empty());
+    }
+);
+
 both!(partial_apply_and_paths_changed_meanwhile, |f| {
     std::fs::write(f.proj.join("one.txt"), "1\n").expect("w");
     std::fs::write(f.proj.join("two.txt"), "2\n").expect("w");

@@ -380,6 +380,12 @@ fn overlay(project: &Path, layers: &crate::host::ReviewLayers) -> Result<Value, 
         "index=off",
         "nosuid",
         "nodev",
+        // The session's end does not wait for its writes to reach the disk (unmounting a
+        // writable overlay syncs the upper file system otherwise: milliseconds for a few
+        // files, seconds after a build). overlayfs leaves a marker in the work directory;
+        // `vetto` checks it before a set is used again (shim/src/changes: a set last used
+        // before a restart may have lost writes in a crash).
+        "volatile",
     ] {
         opts.push(o.into());
     }

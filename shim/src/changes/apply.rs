@@ -236,6 +236,9 @@ fn conflict(project: &Dir, e: &Entry, cs: &ChangeSet, adding: &BTreeSet<String>)
 
 /// Apply the entries of `cs` that `sel` selects.
 pub fn apply(cs: &mut ChangeSet, sel: &[String], opts: Options) -> Result<Outcome, ChangesError> {
+    if !opts.force && cs.unsynced_before_restart() {
+        return Err(ChangesError::UnsyncedBeforeRestart(cs.meta.id.clone()));
+    }
     let project = cs.project_dir()?;
     let upper = cs.upper_dir()?;
     let entries = super::scan::scan(&upper, &project, &cs.meta.protected)?;

@@ -82,6 +82,10 @@ pub enum ChangesError {
     /// Review mode cannot be set up here.
     #[error("review mode: {0}")]
     Review(String),
+    /// The set's last session ran before the system restarted, with its writes left unsynced
+    /// (see [`ChangeSet::unsynced_before_restart`]).
+    #[error("changes: change set {0} was last used before the system restarted, and its session's writes were left to the kernel to flush (review mode's overlay is mounted 'volatile'): after a crash or power loss, files in it may be incomplete. It is not resumed, and `apply` needs --force; `vetto changes diff {0}` shows what it holds, `vetto changes discard {0}` drops it")]
+    UnsyncedBeforeRestart(String),
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> ChangesError + 'a {
@@ -135,6 +139,12 @@ pub struct Meta {
     /// into it without `--force` (a file moved with its directory keeps its own ctime).
     #[serde(default)]
     pub dirs: BTreeMap<String, u64>,
+    /// The boot (`/proc/sys/kernel/random/boot_id`) in which the last session ran. The overlay
+    /// is mounted `volatile` (its writes are not synced when the session ends): a set whose
+    /// last session ran in an earlier boot may have lost writes in a crash, see
+    /// [`ChangeSet::unsynced_before_restart`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 /// Every directory below `root` (relative path -> inode), not through a symlink and not
@@ -305,6 +315,7 @@ impl ChangeSet {
                 sessions: vec![],
                 accepted: BTreeMap::new(),
                 dirs: BTreeMap::new(),
+                boot_id: boot_id(),
             };
             let cs = Self {
                 dir: dir.clone(),
@@ -410,6 +421,52 @@ impl ChangeSet {
         scan::scan(&upper, &project, &self.meta.protected)
     }
 
+    /// overlayfs' own directory in [`Self::work`] (mode 000; the overlay makes it again at
+    /// every mount).
+    fn overlay_work(&self) -> PathBuf {
+        self.work().join("work")
+    }
+
+    /// Did the set's last session run in an earlier boot, without its writes synced? The
+    /// overlay is mounted `volatile`, so a session's end does not wait for its writes to reach
+    /// the disk, and overlayfs leaves `work/work/incompat/volatile` behind as the sign of it.
+    /// While the machine has not restarted, the page cache holds whatever the disk does not
+    /// yet: the set is whole. After a restart it is whole only if the system shut down cleanly
+    /// (which syncs); after a crash or power loss, files in it may be truncated or missing. vetto
+    /// cannot tell the two apart, so such a set is refused for `--resume`, and `apply` needs
+    /// `--force`.
+    pub fn unsynced_before_restart(&self) -> bool {
+        let ww = self.overlay_work();
+        let incompat = ww.join("incompat");
+        // overlayfs makes both with mode 000: root looks in anyway, their owner only after a
+        // chmod (overlayfs makes `work/work` again at the next mount).
+        for d in [&ww, &incompat] {
+            match std::fs::symlink_metadata(d) {
+                Ok(m) if m.is_dir() => {
+                    let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
+                }
+                _ => break,
+            }
+        }
+        std::fs::symlink_metadata(incompat.join("volatile")).is_ok()
+            && self.meta.boot_id.as_deref() != boot_id().as_deref()
+    }
+
+    /// Before a session mounts the overlay again: overlayfs refuses a work directory that still
+    /// holds the last `volatile` mount's marker, so its directory is removed (the overlay makes
+    /// it again). Only for a set that is whole ([`Self::unsynced_before_restart`] is false).
+    pub fn clear_overlay_work(&self) -> Result<(), ChangesError> {
+        let ww = self.overlay_work();
+        if std::fs::symlink_metadata(&ww).is_err() {
+            return Ok(());
+        }
+        let work = self.work();
+        let parent = fsat::Dir::open(&work).map_err(io_err("open", &work))?;
+        parent
+            .remove_all(std::ffi::OsStr::new("work"))
+            .map_err(io_err("remove", &ww))
+    }
+
     /// Remove the set: its layers, metadata and lock.
     pub fn discard(self) -> Result<(), ChangesError> {
         // overlayfs leaves `work/work` with mode 000; its owner may still open it after a chmod.
@@ -421,6 +478,14 @@ impl ChangeSet {
             .remove_all(&name)
             .map_err(io_err("remove", &self.dir))
     }
+}
+
+/// This boot's id (`None` where the kernel does not say).
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 fn read_meta(dir: &Path) -> Result<Meta, ChangesError> {

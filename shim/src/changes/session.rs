@@ -102,7 +102,7 @@ impl ReviewRun {
         }
         let (cs, fresh) = match resume {
             Some(id) => {
-                let cs = ChangeSet::open(id)?;
+                let mut cs = ChangeSet::open(id)?;
                 // The project the set was made from, still the same directory.
                 cs.project_dir()?;
                 if cs.meta.project != facts.project {
@@ -112,6 +112,14 @@ impl ReviewRun {
                         facts.project.display()
                     )));
                 }
+                if cs.unsynced_before_restart() {
+                    return Err(ChangesError::UnsyncedBeforeRestart(id.to_string()));
+                }
+                // The last mount's marker goes (overlayfs refuses a work directory holding it);
+                // the marker this session's mount leaves is of this boot.
+                cs.clear_overlay_work()?;
+                cs.meta.boot_id = super::boot_id();
+                cs.save()?;
                 (cs, false)
             }
             None => (
