@@ -206,6 +206,9 @@ pub struct Store {
     /// The head file, open for rewriting in place (writers only).
     head: Option<std::fs::File>,
     store_id: String,
+    /// The head this writer signed last, with the key it signed with: a head found identical
+    /// (every field, the signature included) at the next append is not verified again.
+    signed_last: Option<(ed25519_dalek::VerifyingKey, Checkpoint)>,
 }
 
 fn sql(path: &Path, what: &str) -> impl Fn(rusqlite::Error) -> AuditError {
@@ -368,6 +371,7 @@ impl Store {
             lock,
             head,
             store_id: String::new(),
+            signed_last: None,
         };
         store.store_id = store.init(create)?;
         Ok(store)
@@ -465,8 +469,13 @@ impl Store {
             .optional()
             .map_err(&e)?;
         let db_head = read_db_head(&tx, &self.store_id).map_err(&e)?;
+        let vk = key.verifying_key();
         check_heads(
-            &key.verifying_key(),
+            &vk,
+            self.signed_last
+                .as_ref()
+                .filter(|(k, _)| *k == vk)
+                .map(|(_, c)| c),
             &self.store_id,
             last.as_ref(),
             db_head.as_ref(),
@@ -566,6 +575,7 @@ impl Store {
             .map_err(&e)?;
         }
         tx.commit().map_err(&e)?;
+        self.signed_last = Some((vk, head.clone()));
         // Rewritten in place, still under the lock. A writer killed before this leaves the
         // file behind the database's own signed head, on the same chain: the next append (and
         // verify) accepts that, and the file catches up.
@@ -853,16 +863,33 @@ pub fn read_db_head(
 ///   means the database was cut or replaced by an older copy; behind (on the chain) means a
 ///   writer stopped between its commit and the file's update, which is harmless.
 ///
-/// `hash_at` gives the stored hash of a record. The error says what is wrong.
-pub fn check_heads(
+/// `hash_at` gives the stored hash of a record. `known` is a head already known to be signed
+/// by `key` (the writer's own last one): a head identical to it, or to one verified here
+/// already (the database's head and the head file are usually the same), is not verified a
+/// second time. The error says what is wrong.
+pub fn check_heads<'a>(
     key: &ed25519_dalek::VerifyingKey,
+    known: Option<&'a Checkpoint>,
     store_id: &str,
     last: Option<&(u64, String)>,
-    db: Option<&Checkpoint>,
-    file: Option<&Checkpoint>,
+    db: Option<&'a Checkpoint>,
+    file: Option<&'a Checkpoint>,
     hash_at: impl Fn(u64) -> Option<String>,
 ) -> Result<(), String> {
-    let signed = |c: &Checkpoint| c.store_id == store_id && c.verifies(key);
+    let good = std::cell::Cell::new(known);
+    let signed = |c: &'a Checkpoint| {
+        if c.store_id != store_id {
+            return false;
+        }
+        if good.get().is_some_and(|g| g == c) {
+            return true;
+        }
+        let ok = c.verifies(key);
+        if ok {
+            good.set(Some(c));
+        }
+        ok
+    };
     match (last, db) {
         (None, None) => {}
         (None, Some(d)) => {

@@ -244,6 +244,41 @@ fn a_forged_head_or_another_key_does_not_verify() {
     );
 }
 
+/// A writer skips verifying a head identical (signature included) to one it signed itself or
+/// verified already; anything else is verified: a head forged with another key fails whether
+/// or not a good one is known.
+#[test]
+fn only_a_head_identical_to_a_known_good_one_skips_verification() {
+    use super::key::Checkpoint;
+    use super::store::check_heads;
+    let k = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    let vk = k.verifying_key();
+    let other = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]);
+    let good = Checkpoint::sign(&k, "s", 3, "h3", "t");
+    let forged = Checkpoint::sign(&other, "s", 3, "h3", "t");
+    let last = (3u64, "h3".to_string());
+    let at = |_| Some("h3".to_string());
+    for known in [None, Some(&good)] {
+        assert!(check_heads(&vk, known, "s", Some(&last), Some(&good), Some(&good), at).is_ok());
+        let r = check_heads(&vk, known, "s", Some(&last), Some(&forged), Some(&good), at);
+        assert!(r.is_err_and(|e| e.contains("database's head is not signed")));
+        let r = check_heads(&vk, known, "s", Some(&last), Some(&good), Some(&forged), at);
+        assert!(r.is_err_and(|e| e.contains("head file is not signed")));
+    }
+    // Known for another store: not taken.
+    let elsewhere = Checkpoint::sign(&k, "t", 3, "h3", "t");
+    let r = check_heads(
+        &vk,
+        Some(&elsewhere),
+        "s",
+        Some(&last),
+        Some(&elsewhere),
+        None,
+        at,
+    );
+    assert!(r.is_err());
+}
+
 #[test]
 fn concurrent_writers_keep_one_chain() {
     let d = crate::private_tempdir();

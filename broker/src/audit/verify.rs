@@ -192,6 +192,7 @@ fn check(store: &Store, key: &VerifyingKey) -> Result<Report, AuditError> {
     let last_rec = records.last().map(|r| (r.seq, r.hash.clone()));
     if let Err(why) = check_heads(
         key,
+        None,
         &id,
         last_rec.as_ref(),
         db_head.as_ref(),
