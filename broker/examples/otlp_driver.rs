@@ -47,6 +47,7 @@ fn events(name: &str) -> Vec<EventKind> {
             project: "/p".into(),
             uid: 0,
             engine: Engine::Run,
+            change_set: None,
         }),
         conn("allow"),
         conn("deny"),

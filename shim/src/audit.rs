@@ -290,6 +290,7 @@ pub fn run_start(
         project: project.display().to_string(),
         uid,
         engine: Engine::Run,
+        change_set: None,
     }
 }
 
@@ -520,6 +521,20 @@ pub fn describe(k: &EventKind) -> String {
         ),
         EventKind::Refusal(r) => format!("{}: {}", r.subject, r.reasons.join("; ")),
         EventKind::Limit(l) => format!("{} {}: {}", l.limit, l.value, l.detail),
+        EventKind::Changes(c) => format!(
+            "{} change set {} ({}): {} applied, {} skipped{}{}",
+            c.action,
+            c.change_set,
+            c.project,
+            c.applied.len(),
+            c.skipped.len(),
+            if c.force { ", --force" } else { "" },
+            if c.include_handoff {
+                ", --include-handoff"
+            } else {
+                ""
+            }
+        ),
         EventKind::ApprovalRequested(a)
         | EventKind::ApprovalGranted(a)
         | EventKind::ApprovalDenied(a)

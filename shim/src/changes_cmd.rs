@@ -8,6 +8,8 @@ use crate::changes::apply::{self, Options, Result1};
 use crate::changes::scan::{Entry, Kind};
 use crate::changes::{self, ChangeSet};
 use crate::cli::ChangesCommand;
+use vetto_broker::audit::event::{now_ms, Changes, EventKind};
+use vetto_broker::audit::{AuditConfig, Recorder};
 
 /// Run a `vetto changes` command; the exit code is 1 when an `apply` left something selected
 /// unapplied.
@@ -61,12 +63,14 @@ pub fn command(c: &ChangesCommand) -> Result<u8> {
             paths,
             force,
             include_handoff,
+            no_audit,
         } => {
             let mut cs = ChangeSet::open(id)?;
             let sel = paths
                 .iter()
                 .map(|p| apply::normalize(p, &cs.meta.project))
                 .collect::<Result<Vec<_>, _>>()?;
+            let rec = recorder(id, *no_audit)?;
             let out = apply::apply(
                 &mut cs,
                 &sel,
@@ -77,6 +81,7 @@ pub fn command(c: &ChangesCommand) -> Result<u8> {
             )
             .with_context(|| format!("applying change set {id}"))?;
             let mut n = 0;
+            let (mut applied, mut skipped) = (vec![], vec![]);
             for (e, r) in &out.entries {
                 let p = e.path.escape_debug();
                 match r {
@@ -84,21 +89,90 @@ pub fn command(c: &ChangesCommand) -> Result<u8> {
                     Result1::Applied => {
                         n += 1;
                         println!("applied  {} {p}", e.kind.tag());
+                        applied.push(format!("{} {p}", e.kind.tag()));
                     }
-                    Result1::Skipped(why) => println!("skipped  {} {p}: {why}", e.kind.tag()),
-                    Result1::Failed(why) => println!("FAILED   {} {p}: {why}", e.kind.tag()),
+                    Result1::Skipped(why) => {
+                        println!("skipped  {} {p}: {why}", e.kind.tag());
+                        skipped.push(format!("{p}: {why}"));
+                    }
+                    Result1::Failed(why) => {
+                        println!("FAILED   {} {p}: {why}", e.kind.tag());
+                        skipped.push(format!("{p}: failed: {why}"));
+                    }
                 }
             }
             println!("{n} applied to {}", cs.meta.project.display());
+            record(
+                rec,
+                Changes {
+                    action: "apply".into(),
+                    change_set: id.clone(),
+                    project: cs.meta.project.display().to_string(),
+                    applied,
+                    skipped,
+                    force: *force,
+                    include_handoff: *include_handoff,
+                    uid: nix::unistd::getuid().as_raw(),
+                },
+            )?;
             Ok(if out.all_applied() { 0 } else { 1 })
         }
-        ChangesCommand::Discard { id } => {
+        ChangesCommand::Discard { id, no_audit } => {
             let cs = ChangeSet::open(id)?;
+            let rec = recorder(id, *no_audit)?;
+            let project = cs.meta.project.display().to_string();
             cs.discard()?;
             println!("discarded change set {id}");
+            record(
+                rec,
+                Changes {
+                    action: "discard".into(),
+                    change_set: id.clone(),
+                    project,
+                    applied: vec![],
+                    skipped: vec![],
+                    force: false,
+                    include_handoff: false,
+                    uid: nix::unistd::getuid().as_raw(),
+                },
+            )?;
             Ok(0)
         }
     }
+}
+
+/// The audit trail's recorder for an apply or a discard of change set `id` (recorded under
+/// the set's id), opened before anything changes: a decision that cannot be recorded is not
+/// carried out.
+fn recorder(id: &str, no_audit: bool) -> Result<Option<Recorder>> {
+    if no_audit {
+        return Ok(None);
+    }
+    let dir = crate::audit::user_dir()?;
+    Recorder::open(&AuditConfig::in_dir(&dir), id)
+        .map(Some)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "audit: {}: nothing was changed (--no-audit goes ahead without a record)",
+                vetto_broker::error_chain(&e)
+            )
+        })
+}
+
+/// Record what was applied or discarded (the change is made: a failure here is reported, and
+/// the command fails).
+fn record(rec: Option<Recorder>, c: Changes) -> Result<()> {
+    let Some(mut rec) = rec else {
+        return Ok(());
+    };
+    rec.record_batch(vec![(now_ms(), EventKind::Changes(c))], true)
+        .map(|_| ())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "audit: the change was made but could not be recorded: {}",
+                vetto_broker::error_chain(&e)
+            )
+        })
 }
 
 fn list_sets(json: bool) -> Result<u8> {

@@ -113,7 +113,7 @@ pub enum AuditCommand {
         /// Only this session's.
         #[arg(long, value_name = "ID")]
         session: Option<String>,
-        /// Only this kind (session_start, session_end, connection, refusal, limit, approval_*).
+        /// Only this kind (session_start, session_end, connection, refusal, limit, approval_*, changes).
         #[arg(long, value_name = "KIND")]
         kind: Option<String>,
         /// One JSON object per line (the event, its `prev` and `hash`).
@@ -310,11 +310,19 @@ pub enum ChangesCommand {
         /// Apply trust-handoff paths too (git metadata, editor and agent settings, MCP files).
         #[arg(long)]
         include_handoff: bool,
+        /// Do not record the apply in the audit trail (recorded by default: nothing is applied
+        /// when it cannot be).
+        #[arg(long)]
+        no_audit: bool,
     },
     /// Delete a change set.
     Discard {
         /// The change set.
         id: String,
+        /// Do not record the discard in the audit trail (recorded by default: nothing is
+        /// removed when it cannot be).
+        #[arg(long)]
+        no_audit: bool,
     },
 }
 

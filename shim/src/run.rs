@@ -310,15 +310,18 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     if let Some(cfg) = &audit_cfg {
         audit::check_outside(cfg, &t.writable_roots, &visible)?;
     }
+    let change_set = review.as_ref().map(|r| r.id().to_string());
     let audit_start = || {
-        audit::run_start(
+        let mut s = audit::run_start(
             &policy,
             facts.landlock_abi,
             &args.command,
             &facts.project,
             facts.uid,
             tier_name,
-        )
+        );
+        s.change_set = change_set.clone();
+        s
     };
     ph.mark("policy");
 

@@ -301,6 +301,70 @@ both!(
     }
 );
 
+/// The audit trail's records of `vetto changes --json` queries, parsed.
+fn audit_records(f: &Fixture, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut full = vec!["audit", "query", "--json"];
+    full.extend_from_slice(args);
+    let o = f.vetto(&full);
+    assert!(o.status.success(), "{}", err(&o));
+    out(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+// Every decision is recorded: a review session's start names its change set, and an apply or a
+// discard is a `changes` record under the set's id saying what was applied and what was not.
+// A decision that cannot be recorded is not carried out (unless --no-audit).
+both!(applies_and_discards_are_recorded_in_the_audit_trail, |f| {
+    let o = f.run_sh(REVIEW, "echo one > one.txt && echo two > two.txt");
+    let id = set_id(&err(&o));
+    let starts = audit_records(f, &["--kind", "session_start"]);
+    assert!(
+        starts.iter().any(|r| r["change_set"] == id.as_str()),
+        "{starts:?}"
+    );
+    std::fs::write(f.proj.join("two.txt"), "the user's\n").expect("w");
+    let o = f.vetto(&["changes", "apply", &id]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let recs = audit_records(f, &["--kind", "changes", "--session", &id]);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    let r = &recs[0];
+    assert_eq!(r["action"], "apply");
+    assert_eq!(r["applied"], serde_json::json!(["A one.txt"]), "{r}");
+    let skipped = r["skipped"].as_array().expect("skipped");
+    assert!(
+        skipped.len() == 1
+            && skipped[0]
+                .as_str()
+                .is_some_and(|s| s.starts_with("two.txt: ")),
+        "{r}"
+    );
+    assert_eq!(r["force"], false);
+    let o = f.run_sh(REVIEW, "echo x > x.txt");
+    let other = set_id(&err(&o));
+    let o = f.vetto(&["changes", "discard", &other]);
+    assert!(o.status.success(), "{}", err(&o));
+    let recs = audit_records(f, &["--kind", "changes", "--session", &other]);
+    assert!(
+        recs.len() == 1
+            && recs[0]["action"] == "discard"
+            && recs[0]["change_set"] == other.as_str(),
+        "{recs:?}"
+    );
+
+    // An audit store that cannot be opened (its key is not a key): nothing is discarded.
+    let key = f.home.join(".local/state/vetto/audit/audit.key");
+    std::fs::write(&key, "not a key\n").expect("w");
+    let o = f.vetto(&["changes", "discard", &id]);
+    assert!(!o.status.success(), "{}", out(&o));
+    assert!(err(&o).contains("nothing was changed"), "{}", err(&o));
+    assert_eq!(sets(f), vec![id.clone()]);
+    let o = f.vetto(&["changes", "discard", &id, "--no-audit"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(sets(f).is_empty());
+});
+
 both!(partial_apply_and_paths_changed_meanwhile, |f| {
     std::fs::write(f.proj.join("one.txt"), "1\n").expect("w");
     std::fs::write(f.proj.join("two.txt"), "2\n").expect("w");

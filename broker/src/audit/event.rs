@@ -82,6 +82,32 @@ pub struct SessionStart {
     pub uid: u32,
     /// What ran the session.
     pub engine: Engine,
+    /// Review mode: the change set the session's writes went to (the project itself was not
+    /// written); its `changes` records say what was applied from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_set: Option<String>,
+}
+
+/// `changes`: a person applied or discarded a review-mode change set (recorded under the
+/// change set's id as the session).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Changes {
+    /// `apply` or `discard`.
+    pub action: String,
+    /// The change set.
+    pub change_set: String,
+    /// The project it was made from.
+    pub project: String,
+    /// Every entry applied, as `<tag> <path>` (`A`dded, `M`odified, `D`eleted, ...).
+    pub applied: Vec<String>,
+    /// Every selected entry left unapplied, as `<path>: <why>` (apply only).
+    pub skipped: Vec<String>,
+    /// `--force`: paths the project changed meanwhile were applied too.
+    pub force: bool,
+    /// `--include-handoff`: trust-handoff paths were applied too.
+    pub include_handoff: bool,
+    /// The caller's uid on the host.
+    pub uid: u32,
 }
 
 /// `session_end`.
@@ -229,6 +255,8 @@ pub enum EventKind {
     ApprovalRevoked(Approval),
     /// Nobody could answer: refused at once and kept for a later `--always` grant.
     ApprovalParked(Approval),
+    /// A review-mode change set was applied or discarded.
+    Changes(Changes),
 }
 
 /// Every kind's name, as stored and as `vetto audit query --kind` takes it.
@@ -244,6 +272,7 @@ pub const KINDS: &[&str] = &[
     "approval_timeout",
     "approval_revoked",
     "approval_parked",
+    "changes",
 ];
 
 impl EventKind {
@@ -261,6 +290,7 @@ impl EventKind {
             EventKind::ApprovalTimeout(_) => KINDS[8],
             EventKind::ApprovalRevoked(_) => KINDS[9],
             EventKind::ApprovalParked(_) => KINDS[10],
+            EventKind::Changes(_) => KINDS[11],
         }
     }
 
@@ -296,6 +326,11 @@ impl EventKind {
             | EventKind::ApprovalTimeout(a)
             | EventKind::ApprovalRevoked(a)
             | EventKind::ApprovalParked(a) => a.destination = redact(&a.destination),
+            EventKind::Changes(c) => {
+                all(&mut c.applied);
+                all(&mut c.skipped);
+                c.project = redact(&c.project);
+            }
         }
         self
     }

@@ -898,6 +898,7 @@ mod tests {
                     project: "/p".into(),
                     uid: 1000,
                     engine: Engine::Run,
+                    change_set: Some("20261202-101010-abcdef".into()),
                 }),
                 INFO,
             ),

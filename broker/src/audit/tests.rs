@@ -20,6 +20,7 @@ fn start() -> EventKind {
         project: "/p".into(),
         uid: 1000,
         engine: Engine::Run,
+        change_set: None,
     })
 }
 

@@ -606,6 +606,7 @@ pub fn prepare(
                 project: bundle.display().to_string(),
                 uid: audit::host_uid(),
                 engine: engine.clone(),
+                change_set: None,
             };
             let s = Session {
                 id: session.clone(),
