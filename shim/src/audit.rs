@@ -521,20 +521,29 @@ pub fn describe(k: &EventKind) -> String {
         ),
         EventKind::Refusal(r) => format!("{}: {}", r.subject, r.reasons.join("; ")),
         EventKind::Limit(l) => format!("{} {}: {}", l.limit, l.value, l.detail),
-        EventKind::Changes(c) => format!(
-            "{} change set {} ({}): {} applied, {} skipped{}{}",
-            c.action,
-            c.change_set,
-            c.project,
-            c.applied.len(),
-            c.skipped.len(),
-            if c.force { ", --force" } else { "" },
-            if c.include_handoff {
-                ", --include-handoff"
-            } else {
-                ""
-            }
-        ),
+        EventKind::Changes(c) => {
+            let flags: Vec<&str> = [
+                (c.force, "--force"),
+                (c.include_handoff, "--include-handoff"),
+                (c.accept_unsynced, "--accept-unsynced"),
+            ]
+            .into_iter()
+            .filter_map(|(on, f)| on.then_some(f))
+            .collect();
+            format!(
+                "{} change set {} ({}): {} applied, {} skipped{}{}",
+                c.action,
+                c.change_set,
+                c.project,
+                c.applied_total,
+                c.skipped_total,
+                flags.iter().map(|f| format!(", {f}")).collect::<String>(),
+                c.error
+                    .as_deref()
+                    .map(|e| format!("; error: {e}"))
+                    .unwrap_or_default()
+            )
+        }
         EventKind::ApprovalRequested(a)
         | EventKind::ApprovalGranted(a)
         | EventKind::ApprovalDenied(a)

@@ -8,7 +8,7 @@ use crate::changes::apply::{self, Options, Result1};
 use crate::changes::scan::{Entry, Kind};
 use crate::changes::{self, ChangeSet};
 use crate::cli::ChangesCommand;
-use vetto_broker::audit::event::{now_ms, Changes, EventKind};
+use vetto_broker::audit::event::{now_ms, Changes, EventKind, Skipped};
 use vetto_broker::audit::{AuditConfig, Recorder};
 
 /// Run a `vetto changes` command; the exit code is 1 when an `apply` left something selected
@@ -63,6 +63,7 @@ pub fn command(c: &ChangesCommand) -> Result<u8> {
             paths,
             force,
             include_handoff,
+            accept_unsynced,
             no_audit,
         } => {
             let mut cs = ChangeSet::open(id)?;
@@ -77,65 +78,69 @@ pub fn command(c: &ChangesCommand) -> Result<u8> {
                 Options {
                     force: *force,
                     include_handoff: *include_handoff,
+                    accept_unsynced: *accept_unsynced,
                 },
             )
             .with_context(|| format!("applying change set {id}"))?;
-            let mut n = 0;
+            let mut lines = vec![];
             let (mut applied, mut skipped) = (vec![], vec![]);
             for (e, r) in &out.entries {
-                let p = e.path.escape_debug();
+                let p = e.path.escape_debug().to_string();
                 match r {
                     Result1::Applied if e.kind == Kind::Nothing => {}
                     Result1::Applied => {
-                        n += 1;
-                        println!("applied  {} {p}", e.kind.tag());
+                        lines.push(format!("applied  {} {p}", e.kind.tag()));
                         applied.push(format!("{} {p}", e.kind.tag()));
                     }
                     Result1::Skipped(why) => {
-                        println!("skipped  {} {p}: {why}", e.kind.tag());
-                        skipped.push(format!("{p}: {why}"));
+                        lines.push(format!("skipped  {} {p}: {why}", e.kind.tag()));
+                        skipped.push(Skipped {
+                            path: p,
+                            why: why.clone(),
+                        });
                     }
                     Result1::Failed(why) => {
-                        println!("FAILED   {} {p}: {why}", e.kind.tag());
-                        skipped.push(format!("{p}: failed: {why}"));
+                        lines.push(format!("FAILED   {} {p}: {why}", e.kind.tag()));
+                        skipped.push(Skipped {
+                            path: p,
+                            why: format!("failed: {why}"),
+                        });
                     }
                 }
             }
-            println!("{n} applied to {}", cs.meta.project.display());
+            let n = applied.len();
+            let error = out.save_error.as_ref().map(|e| e.to_string());
+            // Recorded before anything is printed: a reader that goes away (SIGPIPE) must not
+            // cost the record of a change already made.
             record(
                 rec,
-                Changes {
-                    action: "apply".into(),
-                    change_set: id.clone(),
-                    project: cs.meta.project.display().to_string(),
+                changes_record(
+                    "apply",
+                    &cs,
                     applied,
                     skipped,
-                    force: *force,
-                    include_handoff: *include_handoff,
-                    uid: nix::unistd::getuid().as_raw(),
-                },
+                    (*force, *include_handoff, *accept_unsynced),
+                    error.clone(),
+                ),
             )?;
+            for l in lines {
+                println!("{l}");
+            }
+            println!("{n} applied to {}", cs.meta.project.display());
+            if let Some(e) = error {
+                anyhow::bail!("applying change set {id}: {e}");
+            }
             Ok(if out.all_applied() { 0 } else { 1 })
         }
         ChangesCommand::Discard { id, no_audit } => {
             let cs = ChangeSet::open(id)?;
             let rec = recorder(id, *no_audit)?;
-            let project = cs.meta.project.display().to_string();
-            cs.discard()?;
+            let mut c = changes_record("discard", &cs, vec![], vec![], (false, false, false), None);
+            let done = cs.discard();
+            c.error = done.as_ref().err().map(|e| e.to_string());
+            record(rec, c)?;
+            done?;
             println!("discarded change set {id}");
-            record(
-                rec,
-                Changes {
-                    action: "discard".into(),
-                    change_set: id.clone(),
-                    project,
-                    applied: vec![],
-                    skipped: vec![],
-                    force: false,
-                    include_handoff: false,
-                    uid: nix::unistd::getuid().as_raw(),
-                },
-            )?;
             Ok(0)
         }
     }
@@ -149,14 +154,65 @@ fn recorder(id: &str, no_audit: bool) -> Result<Option<Recorder>> {
         return Ok(None);
     }
     let dir = crate::audit::user_dir()?;
-    Recorder::open(&AuditConfig::in_dir(&dir), id)
-        .map(Some)
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "audit: {}: nothing was changed (--no-audit goes ahead without a record)",
-                vetto_broker::error_chain(&e)
-            )
-        })
+    let refused = |e: vetto_broker::audit::AuditError| {
+        anyhow::anyhow!(
+            "audit: {}: nothing was changed (--no-audit goes ahead without a record)",
+            vetto_broker::error_chain(&e)
+        )
+    };
+    let mut rec = Recorder::open(&AuditConfig::in_dir(&dir), id).map_err(refused)?;
+    // A signed checkpoint now: the store's chain and heads are checked and it is written to
+    // (lock, space, permissions) before anything changes, not only after.
+    rec.checkpoint().map_err(refused)?;
+    Ok(Some(rec))
+}
+
+/// The `changes` record of an apply or a discard of `cs`: at most [`Changes::LISTED`] entries
+/// of each list, with the totals and a digest of the whole lists. `flags`: `--force`,
+/// `--include-handoff`, `--accept-unsynced`.
+fn changes_record(
+    action: &str,
+    cs: &ChangeSet,
+    mut applied: Vec<String>,
+    mut skipped: Vec<Skipped>,
+    flags: (bool, bool, bool),
+    error: Option<String>,
+) -> Changes {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for a in &applied {
+        h.update(a.as_bytes());
+        h.update(b"\n");
+    }
+    for s in &skipped {
+        h.update(s.path.as_bytes());
+        h.update(b"\n");
+        h.update(s.why.as_bytes());
+        h.update(b"\n");
+    }
+    let lists_sha256 = h
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>();
+    let (applied_total, skipped_total) = (applied.len() as u64, skipped.len() as u64);
+    applied.truncate(Changes::LISTED);
+    skipped.truncate(Changes::LISTED);
+    Changes {
+        action: action.into(),
+        change_set: cs.meta.id.clone(),
+        project: cs.meta.project.display().to_string(),
+        applied,
+        applied_total,
+        skipped,
+        skipped_total,
+        lists_sha256,
+        force: flags.0,
+        include_handoff: flags.1,
+        accept_unsynced: flags.2,
+        error,
+        uid: nix::unistd::getuid().as_raw(),
+    }
 }
 
 /// Record what was applied or discarded (the change is made: a failure here is reported, and
@@ -195,8 +251,10 @@ fn list_sets(json: bool) -> Result<u8> {
                 m.id,
                 m.project.display(),
                 m.sessions.len(),
-                match m.boot_id.is_some() && m.boot_id != changes::boot_id() {
-                    true => "  (last used before a restart)",
+                match changes::dir()
+                    .is_some_and(|d| changes::unsynced_before_restart(&d.join(&m.id), &m))
+                {
+                    true => "  (last used before a restart: may be incomplete)",
                     false => "",
                 }
             ),
@@ -237,7 +295,7 @@ pub fn summary(cs: &ChangeSet, entries: &[Entry]) -> String {
     if cs.unsynced_before_restart() {
         let _ = writeln!(
             s,
-            "WARNING: the system restarted after this set's last session, whose writes were left to the kernel to flush: after a crash, files in it may be incomplete (apply needs --force; it cannot be resumed)"
+            "WARNING: the system restarted after this set's last session, whose writes were left to the kernel to flush: after a crash, files in it may be incomplete (apply needs --accept-unsynced; it cannot be resumed)"
         );
     }
     if !handoff.is_empty() {

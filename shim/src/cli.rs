@@ -310,6 +310,10 @@ pub enum ChangesCommand {
         /// Apply trust-handoff paths too (git metadata, editor and agent settings, MCP files).
         #[arg(long)]
         include_handoff: bool,
+        /// Apply a change set last used before the system restarted (its last session's writes
+        /// were not synced: after a crash, files in it may be incomplete; read the diff first).
+        #[arg(long)]
+        accept_unsynced: bool,
         /// Do not record the apply in the audit trail (recorded by default: nothing is applied
         /// when it cannot be).
         #[arg(long)]

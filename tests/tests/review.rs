@@ -285,12 +285,31 @@ both!(
         );
         let o = f.vetto(&["changes", "list", &id]);
         assert!(out(&o).contains("WARNING"), "{}", out(&o));
+        // Refused again: the refusal above did not clear the marker.
+        let o = f.run_sh(&["-q", "--resume", &id], "true");
+        assert!(
+            err(&o).contains("before the system restarted"),
+            "{}",
+            err(&o)
+        );
         let o = f.vetto(&["changes", "apply", &id]);
         assert!(!o.status.success(), "applied: {}", out(&o));
-        assert!(err(&o).contains("apply` needs --force"), "{}", err(&o));
-        assert!(!f.proj.join("notes.txt").exists());
+        assert!(
+            err(&o).contains("apply` needs --accept-unsynced"),
+            "{}",
+            err(&o)
+        );
+        // --force (paths the project changed meanwhile) is another decision.
         let o = f.vetto(&["changes", "apply", &id, "--force"]);
+        assert!(!o.status.success(), "applied: {}", out(&o));
+        assert!(!f.proj.join("notes.txt").exists());
+        let o = f.vetto(&["changes", "apply", &id, "--accept-unsynced"]);
         assert!(o.status.success(), "{} {}", out(&o), err(&o));
+        let recs = audit_records(f, &["--kind", "changes", "--session", &id]);
+        assert!(
+            recs.iter().any(|r| r["accept_unsynced"] == true),
+            "{recs:?}"
+        );
         assert_eq!(
             std::fs::read_to_string(f.proj.join("notes.txt")).expect("r"),
             "kept\n"
@@ -332,15 +351,36 @@ both!(applies_and_discards_are_recorded_in_the_audit_trail, |f| {
     let r = &recs[0];
     assert_eq!(r["action"], "apply");
     assert_eq!(r["applied"], serde_json::json!(["A one.txt"]), "{r}");
+    assert_eq!(
+        (r["applied_total"].as_u64(), r["skipped_total"].as_u64()),
+        (Some(1), Some(1)),
+        "{r}"
+    );
     let skipped = r["skipped"].as_array().expect("skipped");
     assert!(
-        skipped.len() == 1
-            && skipped[0]
-                .as_str()
-                .is_some_and(|s| s.starts_with("two.txt: ")),
+        skipped.len() == 1 && skipped[0]["path"] == "two.txt" && skipped[0]["why"].is_string(),
         "{r}"
     );
     assert_eq!(r["force"], false);
+    assert_eq!(r["lists_sha256"].as_str().map(str::len), Some(64), "{r}");
+    // Recorded before anything is printed: a reader that goes away (SIGPIPE) does not cost
+    // the record of a change already made.
+    let o = f.run_sh(REVIEW, "echo three > three.txt");
+    let third = set_id(&err(&o));
+    let bin = f.bin.display().to_string();
+    let mut c = f.command(&[&bin, "changes", "apply", &third], &f.base_env());
+    let mut child = vetto_integration::spawn_retrying(
+        c.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null()),
+    );
+    drop(child.stdout.take());
+    let st = child.wait().expect("wait");
+    assert!(f.proj.join("three.txt").exists(), "{st:?}");
+    let recs = audit_records(f, &["--kind", "changes", "--session", &third]);
+    assert_eq!(recs.len(), 1, "{st:?} {recs:?}");
+    let o = f.vetto(&["changes", "discard", &third]);
+    assert!(o.status.success(), "{}", err(&o));
     let o = f.run_sh(REVIEW, "echo x > x.txt");
     let other = set_id(&err(&o));
     let o = f.vetto(&["changes", "discard", &other]);

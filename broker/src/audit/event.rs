@@ -89,7 +89,10 @@ pub struct SessionStart {
 }
 
 /// `changes`: a person applied or discarded a review-mode change set (recorded under the
-/// change set's id as the session).
+/// change set's id as the session). The paths are the agent's choice: they are stored escaped
+/// (`escape_debug`), not passed through the secret redactor (a name made to look like a token
+/// must not hide itself), and at most [`Changes::LISTED`] of each list are kept, with the totals
+/// and a digest of the whole lists.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Changes {
     /// `apply` or `discard`.
@@ -98,16 +101,43 @@ pub struct Changes {
     pub change_set: String,
     /// The project it was made from.
     pub project: String,
-    /// Every entry applied, as `<tag> <path>` (`A`dded, `M`odified, `D`eleted, ...).
+    /// Entries applied, as `<tag> <path>` (`A`dded, `M`odified, `D`eleted, ...): the first
+    /// [`Changes::LISTED`].
     pub applied: Vec<String>,
-    /// Every selected entry left unapplied, as `<path>: <why>` (apply only).
-    pub skipped: Vec<String>,
+    /// How many entries were applied.
+    pub applied_total: u64,
+    /// Selected entries left unapplied, and why (`failed: ...` for one that failed): the first
+    /// [`Changes::LISTED`].
+    pub skipped: Vec<Skipped>,
+    /// How many selected entries were left unapplied.
+    pub skipped_total: u64,
+    /// SHA-256 (hex) of every applied line and every skipped path and reason, newline-separated,
+    /// in order: the whole lists, however long.
+    pub lists_sha256: String,
     /// `--force`: paths the project changed meanwhile were applied too.
     pub force: bool,
     /// `--include-handoff`: trust-handoff paths were applied too.
     pub include_handoff: bool,
+    /// `--accept-unsynced`: a set last used before a restart was applied.
+    pub accept_unsynced: bool,
+    /// What went wrong after the project was changed (the command failed), if anything.
+    pub error: Option<String>,
     /// The caller's uid on the host.
     pub uid: u32,
+}
+
+impl Changes {
+    /// At most this many entries of each list are stored.
+    pub const LISTED: usize = 1000;
+}
+
+/// One entry `vetto changes apply` left unapplied.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The project-relative path (escaped).
+    pub path: String,
+    /// Why.
+    pub why: String,
 }
 
 /// `session_end`.
@@ -327,9 +357,9 @@ impl EventKind {
             | EventKind::ApprovalRevoked(a)
             | EventKind::ApprovalParked(a) => a.destination = redact(&a.destination),
             EventKind::Changes(c) => {
-                all(&mut c.applied);
-                all(&mut c.skipped);
+                // Not the paths (see `Changes`).
                 c.project = redact(&c.project);
+                opt(&mut c.error);
             }
         }
         self
@@ -465,6 +495,24 @@ mod tests {
             EventKind::ApprovalDenied(a.clone()),
             EventKind::ApprovalTimeout(a.clone()),
             EventKind::ApprovalRevoked(a),
+            EventKind::Changes(Changes {
+                action: "apply".into(),
+                change_set: "20261202-101010-abcdef".into(),
+                project: "/p".into(),
+                applied: vec!["A token ghp_0123456789abcdefghij0123456789abcdef".into()],
+                applied_total: 1,
+                skipped: vec![Skipped {
+                    path: "b: c".into(),
+                    why: "changed in the project meanwhile".into(),
+                }],
+                skipped_total: 1,
+                lists_sha256: "00".repeat(32),
+                force: false,
+                include_handoff: true,
+                accept_unsynced: false,
+                error: None,
+                uid: 1000,
+            }),
         ];
         for k in kinds {
             let ev = Event {

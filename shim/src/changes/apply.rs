@@ -31,6 +31,8 @@ pub struct Options {
     pub force: bool,
     /// Apply trust-handoff entries.
     pub include_handoff: bool,
+    /// Apply a set last used before a restart (which may have lost writes in a crash).
+    pub accept_unsynced: bool,
 }
 
 /// What happened to one entry.
@@ -49,6 +51,8 @@ pub enum Result1 {
 pub struct Outcome {
     /// `(entry, result)` in the set's order.
     pub entries: Vec<(Entry, Result1)>,
+    /// The project was changed, but the set's metadata could not be saved afterwards.
+    pub save_error: Option<ChangesError>,
 }
 
 impl Outcome {
@@ -200,7 +204,10 @@ fn conflict(project: &Dir, e: &Entry, cs: &ChangeSet, adding: &BTreeSet<String>)
             if e.kind == Kind::Added && adding.contains(p.as_ref()) {
                 return None;
             }
-            return Some(format!("its directory {p} is not in the project now"));
+            return Some(format!(
+                "its directory {} is not in the project now",
+                p.escape_debug()
+            ));
         }
         Err(err) => return Some(io_msg("its directory", &err)),
     };
@@ -236,9 +243,12 @@ fn conflict(project: &Dir, e: &Entry, cs: &ChangeSet, adding: &BTreeSet<String>)
 
 /// Apply the entries of `cs` that `sel` selects.
 pub fn apply(cs: &mut ChangeSet, sel: &[String], opts: Options) -> Result<Outcome, ChangesError> {
-    if !opts.force && cs.unsynced_before_restart() {
+    if !opts.accept_unsynced && cs.unsynced_before_restart() {
         return Err(ChangesError::UnsyncedBeforeRestart(cs.meta.id.clone()));
     }
+    // A write-back error since the session (the overlay is `volatile`: nothing else reports
+    // one) would have the layer read back stale data: refused.
+    cs.sync_upper()?;
     let project = cs.project_dir()?;
     let upper = cs.upper_dir()?;
     let entries = super::scan::scan(&upper, &project, &cs.meta.protected)?;
@@ -379,7 +389,15 @@ pub fn apply(cs: &mut ChangeSet, sel: &[String], opts: Options) -> Result<Outcom
             cs.meta.dirs.remove(&e.path);
         }
     }
-    cs.save()?;
+    // The project has changed by now: the outcome is returned whatever happens next, so that
+    // it is reported and recorded.
+    let save_error = cs.save().err();
+    if save_error.is_some() {
+        return Ok(Outcome {
+            entries: plan,
+            save_error,
+        });
+    }
 
     // Take applied entries out of the upper layer, deepest first.
     for (e, r) in plan.iter().rev() {
@@ -407,7 +425,10 @@ pub fn apply(cs: &mut ChangeSet, sel: &[String], opts: Options) -> Result<Outcom
             (What::Special, _) => Ok(false),
         };
     }
-    Ok(Outcome { entries: plan })
+    Ok(Outcome {
+        entries: plan,
+        save_error: None,
+    })
 }
 
 fn tmp_name(name: &OsStr) -> OsString {

@@ -84,7 +84,7 @@ pub enum ChangesError {
     Review(String),
     /// The set's last session ran before the system restarted, with its writes left unsynced
     /// (see [`ChangeSet::unsynced_before_restart`]).
-    #[error("changes: change set {0} was last used before the system restarted, and its session's writes were left to the kernel to flush (review mode's overlay is mounted 'volatile'): after a crash or power loss, files in it may be incomplete. It is not resumed, and `apply` needs --force; `vetto changes diff {0}` shows what it holds, `vetto changes discard {0}` drops it")]
+    #[error("changes: change set {0} was last used before the system restarted, and its session's writes were left to the kernel to flush (review mode's overlay is mounted 'volatile'): after a crash or power loss, files in it may be incomplete. It is not resumed, and `apply` needs --accept-unsynced; `vetto changes diff {0}` shows what it holds, `vetto changes discard {0}` drops it")]
     UnsyncedBeforeRestart(String),
 }
 
@@ -427,39 +427,44 @@ impl ChangeSet {
         self.work().join("work")
     }
 
-    /// Did the set's last session run in an earlier boot, without its writes synced? The
-    /// overlay is mounted `volatile`, so a session's end does not wait for its writes to reach
-    /// the disk, and overlayfs leaves `work/work/incompat/volatile` behind as the sign of it.
-    /// While the machine has not restarted, the page cache holds whatever the disk does not
-    /// yet: the set is whole. After a restart it is whole only if the system shut down cleanly
-    /// (which syncs); after a crash or power loss, files in it may be truncated or missing. vetto
-    /// cannot tell the two apart, so such a set is refused for `--resume`, and `apply` needs
-    /// `--force`.
+    /// Did the set's last session run in an earlier boot, without its writes synced? See
+    /// [`unsynced_before_restart`].
     pub fn unsynced_before_restart(&self) -> bool {
-        let ww = self.overlay_work();
-        let incompat = ww.join("incompat");
-        // overlayfs makes both with mode 000: root looks in anyway, their owner only after a
-        // chmod (overlayfs makes `work/work` again at the next mount).
-        for d in [&ww, &incompat] {
-            match std::fs::symlink_metadata(d) {
-                Ok(m) if m.is_dir() => {
-                    let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
-                }
-                _ => break,
-            }
+        unsynced_before_restart(&self.dir, &self.meta)
+    }
+
+    /// Flush the upper layer's file system and report a write-back error: the overlay is
+    /// mounted `volatile`, so nothing else ever reports one, and a page the kernel could not
+    /// write back is lost once evicted (the set would then read back stale data or zeros).
+    pub fn sync_upper(&self) -> Result<(), ChangesError> {
+        let upper = self.upper();
+        let d = std::fs::File::open(&upper).map_err(io_err("open", &upper))?;
+        // SAFETY: syncfs on a descriptor we own; no memory is involved.
+        if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+            return Err(ChangesError::Io {
+                what: "flush (syncfs) the file system of",
+                path: upper,
+                source: io::Error::last_os_error(),
+            });
         }
-        std::fs::symlink_metadata(incompat.join("volatile")).is_ok()
-            && self.meta.boot_id.as_deref() != boot_id().as_deref()
+        Ok(())
     }
 
     /// Before a session mounts the overlay again: overlayfs refuses a work directory that still
     /// holds the last `volatile` mount's marker, so its directory is removed (the overlay makes
-    /// it again). Only for a set that is whole ([`Self::unsynced_before_restart`] is false).
+    /// it again). The set's writes are flushed first (a crash after the marker is gone must not
+    /// find them lost), and a set not known to be whole is refused.
     pub fn clear_overlay_work(&self) -> Result<(), ChangesError> {
-        let ww = self.overlay_work();
-        if std::fs::symlink_metadata(&ww).is_err() {
-            return Ok(());
+        if self.unsynced_before_restart() {
+            return Err(ChangesError::UnsyncedBeforeRestart(self.meta.id.clone()));
         }
+        let ww = self.overlay_work();
+        match std::fs::symlink_metadata(&ww) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("inspect", &ww)(e)),
+            Ok(_) => {}
+        }
+        self.sync_upper()?;
         let work = self.work();
         let parent = fsat::Dir::open(&work).map_err(io_err("open", &work))?;
         parent
@@ -478,6 +483,45 @@ impl ChangeSet {
             .remove_all(&name)
             .map_err(io_err("remove", &self.dir))
     }
+}
+
+/// Did the last session of the set in `dir` (with `meta`) run in an earlier boot, without its
+/// writes synced? The overlay is mounted `volatile`, so a session's end does not wait for its
+/// writes to reach the disk, and overlayfs leaves `work/work/incompat/volatile` behind as the
+/// sign of it. While the machine has not restarted, the page cache holds whatever the disk does
+/// not yet: the set is whole. After a restart it is whole only if the system shut down cleanly
+/// (which syncs); after a crash or power loss, files in it may be truncated or missing. vetto
+/// cannot tell the two apart, so such a set is refused for `--resume`, and `apply` needs
+/// `--accept-unsynced`. Fails closed: a marker that cannot be looked for, or a boot id that
+/// cannot be read, counts as unsynced.
+pub fn unsynced_before_restart(dir: &Path, meta: &Meta) -> bool {
+    let ww = dir.join("work").join("work");
+    let incompat = ww.join("incompat");
+    // overlayfs makes both with mode 000: root looks in anyway, their owner only after a chmod
+    // (overlayfs makes `work/work` again at the next mount).
+    for d in [&ww, &incompat] {
+        match std::fs::symlink_metadata(d) {
+            Ok(m) if m.is_dir() => {
+                let _ = nix::sys::stat::fchmodat(
+                    None,
+                    d.as_path(),
+                    nix::sys::stat::Mode::from_bits_truncate(0o700),
+                    nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+                );
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
+            _ => break,
+        }
+    }
+    let marker = !matches!(
+        std::fs::symlink_metadata(incompat.join("volatile")),
+        Err(e) if e.kind() == io::ErrorKind::NotFound
+    );
+    marker
+        && match (meta.boot_id.as_deref(), boot_id()) {
+            (Some(then), Some(now)) => then != now,
+            _ => true,
+        }
 }
 
 /// This boot's id (`None` where the kernel does not say).

@@ -112,11 +112,9 @@ impl ReviewRun {
                         facts.project.display()
                     )));
                 }
-                if cs.unsynced_before_restart() {
-                    return Err(ChangesError::UnsyncedBeforeRestart(id.to_string()));
-                }
-                // The last mount's marker goes (overlayfs refuses a work directory holding it);
-                // the marker this session's mount leaves is of this boot.
+                // The last mount's marker goes (overlayfs refuses a work directory holding it),
+                // after the set's writes are flushed; a set not known to be whole is refused.
+                // The marker this session's mount leaves is of this boot.
                 cs.clear_overlay_work()?;
                 cs.meta.boot_id = super::boot_id();
                 cs.save()?;
