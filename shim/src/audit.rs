@@ -119,7 +119,8 @@ pub fn policy_digest(p: &Policy) -> String {
     hex(&Sha256::digest(json))
 }
 
-fn hex(b: &[u8]) -> String {
+/// Lower-case hex of `b`.
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 

@@ -190,11 +190,7 @@ fn changes_record(
         h.update(s.why.as_bytes());
         h.update(b"\n");
     }
-    let lists_sha256 = h
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>();
+    let lists_sha256 = crate::audit::hex(&h.finalize());
     let (applied_total, skipped_total) = (applied.len() as u64, skipped.len() as u64);
     applied.truncate(Changes::LISTED);
     skipped.truncate(Changes::LISTED);

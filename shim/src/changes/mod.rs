@@ -421,10 +421,9 @@ impl ChangeSet {
         scan::scan(&upper, &project, &self.meta.protected)
     }
 
-    /// overlayfs' own directory in [`Self::work`] (mode 000; the overlay makes it again at
-    /// every mount).
+    /// overlayfs' own directory in [`Self::work`]: see [`overlay_work`].
     fn overlay_work(&self) -> PathBuf {
-        self.work().join("work")
+        overlay_work(&self.dir)
     }
 
     /// Did the set's last session run in an earlier boot, without its writes synced? See
@@ -475,7 +474,7 @@ impl ChangeSet {
     /// Remove the set: its layers, metadata and lock.
     pub fn discard(self) -> Result<(), ChangesError> {
         // overlayfs leaves `work/work` with mode 000; its owner may still open it after a chmod.
-        let ww = self.work().join("work");
+        let ww = self.overlay_work();
         let _ = std::fs::set_permissions(&ww, std::fs::Permissions::from_mode(0o700));
         let parent = fsat::Dir::open(&base_dir()?).map_err(io_err("open", &self.dir))?;
         let name = std::ffi::OsString::from(&self.meta.id);
@@ -495,7 +494,7 @@ impl ChangeSet {
 /// `--accept-unsynced`. Fails closed: a marker that cannot be looked for, or a boot id that
 /// cannot be read, counts as unsynced.
 pub fn unsynced_before_restart(dir: &Path, meta: &Meta) -> bool {
-    let ww = dir.join("work").join("work");
+    let ww = overlay_work(dir);
     let incompat = ww.join("incompat");
     // overlayfs makes both with mode 000: root looks in anyway, their owner only after a chmod
     // (overlayfs makes `work/work` again at the next mount).
@@ -522,6 +521,12 @@ pub fn unsynced_before_restart(dir: &Path, meta: &Meta) -> bool {
             (Some(then), Some(now)) => then != now,
             _ => true,
         }
+}
+
+/// overlayfs' own directory in the work layer of the set in `dir` (`work/work`, mode 000; the
+/// overlay makes it again at every mount).
+fn overlay_work(dir: &Path) -> PathBuf {
+    dir.join("work").join("work")
 }
 
 /// This boot's id (`None` where the kernel does not say).
