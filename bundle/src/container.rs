@@ -859,6 +859,9 @@ pub fn harden(
         .filter(|p| p.value.starts_with("~/"))
         .collect();
     let homes = host::account_homes();
+    // Compiled once for every bind (each account's home on first use).
+    let index = secrets::SecretIndex::new(&patterns, home)?;
+    let mut home_indexes: Vec<(PathBuf, secrets::SecretIndex)> = vec![];
     // Every host bind as (canonical source, destination), for masks that one bind's scan
     // finds and another bind shows.
     // The same resolution as everything else here (`resolved`, index-aligned with `mounts`).
@@ -918,10 +921,18 @@ pub fn harden(
             // What the bind itself is: a file or directory that is, or lies in, a secret
             // (a single file of `~/.aws`, a `.env`, a symlink to one), for this user and for
             // the account whose home holds it. What it holds is scanned below.
-            let mut is_secret = secrets::secret_containing(&patterns, home, &src)?;
+            let mut is_secret = index.containing(&src)?;
             for h in homes.iter().filter(|h| src.starts_with(h) && *h != home) {
                 if is_secret.is_none() {
-                    is_secret = secrets::secret_containing(&home_patterns, h, &src)?;
+                    let at = match home_indexes.iter().position(|(p, _)| p == h) {
+                        Some(at) => at,
+                        None => {
+                            home_indexes
+                                .push((h.clone(), secrets::SecretIndex::new(&home_patterns, h)?));
+                            home_indexes.len() - 1
+                        }
+                    };
+                    is_secret = home_indexes[at].1.containing(&src)?;
                 }
             }
             if let Some((secret, pattern)) = is_secret {

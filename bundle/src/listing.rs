@@ -133,6 +133,8 @@ pub struct ListingCache {
     pub hits: usize,
     /// Listings read from the directory.
     pub misses: usize,
+    /// Of the listings reused, those of directories the walk did not open (leaves).
+    pub unopened: usize,
 }
 
 impl ListingCache {
@@ -162,6 +164,17 @@ impl ListingCache {
             local: HashMap::new(),
             hits: 0,
             misses: 0,
+            unopened: 0,
+        }
+    }
+
+    /// [`Self::open`] trusting every ctime before `horizon` (tests: no waiting out the racy
+    /// window).
+    #[cfg(test)]
+    pub(crate) fn open_with_horizon(dir: &Path, project: &Path, horizon: Stamp) -> Self {
+        ListingCache {
+            trust_before: horizon,
+            ..Self::open(dir, project)
         }
     }
 
@@ -206,6 +219,23 @@ impl ListingCache {
         self.new.insert(ino, (c, l.clone()));
         self.hits += 1;
         Some(l)
+    }
+
+    /// The cached listing of directory `ino` at exactly ctime `c`, without taking it: the
+    /// caller has already asked [`Self::trusted`], and takes it with [`Self::keep`] if it
+    /// uses it.
+    pub fn peek(&mut self, ino: (u64, u64), c: Stamp) -> Option<Listing> {
+        self.load();
+        let (stamp, listing) = self.old.get(&ino)?;
+        (*stamp == c).then(|| listing.clone())
+    }
+
+    /// Take a listing [`Self::peek`] returned (it stays in the saved cache), as a hit of a
+    /// directory not opened.
+    pub fn keep(&mut self, ino: (u64, u64), c: Stamp, listing: &Listing) {
+        self.new.insert(ino, (c, listing.clone()));
+        self.hits += 1;
+        self.unopened += 1;
     }
 
     /// Record the listing just read from directory `ino` (whose ctime was `c` when opened,

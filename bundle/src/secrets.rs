@@ -217,31 +217,97 @@ pub fn scan(
 /// ancestors, or a name pattern (`.env*`, `*.pem`) matching `path`'s own name. A scan starts
 /// beneath a directory, so this is the check for what a bind *is* rather than what it holds:
 /// a bind of a single file, or of a directory inside a secret one.
+///
+/// For more than one path, build a [`SecretIndex`] once and ask it for each.
 pub fn secret_containing(
     patterns: &[&Sourced<String>],
     home: &Path,
     path: &Path,
 ) -> Result<Option<(PathBuf, String)>, TranslateError> {
-    for p in patterns {
-        match compile(&p.value, home, path)? {
-            Pattern::Name(m) => {
-                if path.file_name().is_some_and(|n| m.is_match(n)) {
-                    return Ok(Some((path.to_path_buf(), p.value.clone())));
+    SecretIndex::new(patterns, home)?.containing(path)
+}
+
+/// The patterns of [`secret_containing`], compiled once and with their directories resolved
+/// once, for asking about many paths (every bind of a bundle). Compiling and resolving per
+/// path cost a `realpath` (a `readlink` per component) for each anchored pattern and each
+/// bind: ~250 `readlink`s on every start of the default profile.
+pub struct SecretIndex {
+    entries: Vec<(IndexEntry, String)>,
+    home: PathBuf,
+}
+
+enum IndexEntry {
+    /// A name pattern, or an anchored one with its directory canonical.
+    Compiled(Pattern),
+    /// A relative pattern with a directory part: anchored at the path asked about, as
+    /// [`secret_containing`] always did, so compiled per path.
+    PerPath,
+}
+
+impl SecretIndex {
+    /// Compile `patterns` (`~` is `home`). Fails on a pattern that does not compile.
+    pub fn new(patterns: &[&Sourced<String>], home: &Path) -> Result<Self, TranslateError> {
+        let mut entries = Vec::with_capacity(patterns.len());
+        for p in patterns {
+            let raw = &p.value;
+            let relative_with_dir = raw.contains('/') && !raw.starts_with(['/', '~']);
+            let entry = if relative_with_dir {
+                IndexEntry::PerPath
+            } else {
+                // The base is not used: the pattern is a bare name or absolute.
+                IndexEntry::Compiled(match compile(raw, home, Path::new("/"))? {
+                    Pattern::Anchored { dir, last } => Pattern::Anchored {
+                        dir: dir.canonicalize().unwrap_or(dir),
+                        last,
+                    },
+                    name => name,
+                })
+            };
+            entries.push((entry, raw.clone()));
+        }
+        Ok(Self {
+            entries,
+            home: home.to_path_buf(),
+        })
+    }
+
+    /// The secret that `path` (canonical) is or lies in, and the pattern that says so: the
+    /// first pattern, in the order given, that matches.
+    pub fn containing(&self, path: &Path) -> Result<Option<(PathBuf, String)>, TranslateError> {
+        for (entry, raw) in &self.entries {
+            let per_path;
+            let pattern = match entry {
+                IndexEntry::Compiled(p) => p,
+                IndexEntry::PerPath => {
+                    per_path = match compile(raw, &self.home, path)? {
+                        Pattern::Anchored { dir, last } => Pattern::Anchored {
+                            dir: dir.canonicalize().unwrap_or(dir),
+                            last,
+                        },
+                        name => name,
+                    };
+                    &per_path
                 }
-            }
-            Pattern::Anchored { dir, last } => {
-                let dir = dir.canonicalize().unwrap_or(dir);
-                for a in path.ancestors() {
-                    if a.parent() == Some(dir.as_path())
-                        && a.file_name().is_some_and(|n| last.is_match(n))
-                    {
-                        return Ok(Some((a.to_path_buf(), p.value.clone())));
+            };
+            match pattern {
+                Pattern::Name(m) => {
+                    if path.file_name().is_some_and(|n| m.is_match(n)) {
+                        return Ok(Some((path.to_path_buf(), raw.clone())));
+                    }
+                }
+                Pattern::Anchored { dir, last } => {
+                    for a in path.ancestors() {
+                        if a.parent() == Some(dir.as_path())
+                            && a.file_name().is_some_and(|n| last.is_match(n))
+                        {
+                            return Ok(Some((a.to_path_buf(), raw.clone())));
+                        }
                     }
                 }
             }
         }
+        Ok(None)
     }
-    Ok(None)
 }
 
 /// What one walk of the project found.
@@ -364,6 +430,75 @@ fn listing(d: &Dir, cache: &mut ListingCache) -> std::io::Result<(Listing, bool)
         .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
     cache.put(d.ino, d.ctime, trusted, &e);
     Ok((e, trusted))
+}
+
+/// The subdirectory `name` of `parent`, when the walk need not open it: one `statx` through
+/// the parent's descriptor (not following a symlink) finds a directory on the parent's own
+/// file system whose (device, inode) and ctime are those of a listing in `cache` that its
+/// ctime may stand for ([`ListingCache::trusted`]), and that listing holds nothing the walk
+/// would look at: no name a pattern in `names` matches, no `.git` when `find_git`, and no
+/// directory to descend into. That is a leaf of the tree as the walk last saw it, and most
+/// directories of a source tree are. Returned: its identity, ctime, listing and number of
+/// entries. It is checked again after the walk like every trusted directory
+/// ([`Visited::unchanged`]), so a change since the `statx` repeats the walk as a change since
+/// an `open` would.
+///
+/// A leaf costs one system call this way instead of three (`openat`, `statx`, `close`); a
+/// directory that turns out not to be one pays one `statx` more. On the bench's 10,000-file
+/// tree (100 leaves in 100 directories) a warm walk makes 100 fewer calls; a tree with more
+/// leaves than inner directories, the usual shape, saves more.
+fn cached_leaf(
+    parent: &Dir,
+    name: &std::ffi::OsStr,
+    cache: &mut ListingCache,
+    names: &[(&NameMatch, &Sourced<String>)],
+    find_git: bool,
+) -> Option<((u64, u64), Stamp, Listing, usize)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let c = Dir::c_name(name.as_bytes()).ok()?;
+    // SAFETY: an all-zero statx is valid for the kernel to fill.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx of an entry of our open directory (a valid C string, no symlink followed),
+    // into a local.
+    let r = unsafe {
+        libc::statx(
+            parent.fd.as_raw_fd(),
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+            &mut st,
+        )
+    };
+    if r != 0 || u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
+        return None;
+    }
+    let ino = (
+        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    );
+    // Another file system (a mount point): opened, so that its own kind is asked.
+    if ino.0 != parent.ino.0 {
+        return None;
+    }
+    let ctime: Stamp = (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec));
+    let encrypted = st.stx_attributes & libc::STATX_ATTR_ENCRYPTED as u64 != 0;
+    // The parent's descriptor answers for the file system both are on.
+    if !cache.trusted(ino.0, parent.fd.as_raw_fd(), encrypted, ctime) {
+        return None;
+    }
+    let listed = cache.peek(ino, ctime)?;
+    let mut n = 0;
+    for (entry, is_dir) in listed.iter() {
+        n += 1;
+        let descend = is_dir && !SCAN_SKIP.iter().any(|s| entry == *s);
+        if descend || (find_git && entry == ".git") || names.iter().any(|(g, _)| g.is_match(entry))
+        {
+            return None;
+        }
+    }
+    cache.keep(ino, ctime, &listed);
+    Some((ino, ctime, listed, n))
 }
 
 /// A directory open for reading, with its inode (`O_NOFOLLOW`: never through a symlink).
@@ -650,6 +785,29 @@ fn scan_attempt(
                 }
             }
             if descend {
+                // A directory known unchanged whose listing holds nothing to look at is not
+                // opened: see [`cached_leaf`]. Its entries count against the budget.
+                if let Some((ino, ctime, listed, n)) =
+                    cached_leaf(fd, name, cache, &names, find_git)
+                {
+                    budget = budget
+                        .checked_sub(n)
+                        .ok_or_else(|| TranslateError::SecretScan {
+                            root: project.to_path_buf(),
+                            reason: format!(
+                                "more than {SCAN_BUDGET} entries; name the secrets with anchored \
+                                 paths (e.g. `config/.env`) or narrow the project"
+                            ),
+                        })?;
+                    visited.push(Visited {
+                        path,
+                        ino,
+                        ctime,
+                        trusted: true,
+                        entries: listed,
+                    });
+                    continue;
+                }
                 let child = match fd.open_child(name) {
                     Ok(c) => c,
                     // Gone or replaced by a non-directory since it was listed: the listing
@@ -802,6 +960,139 @@ mod tests {
         for other in ["[ab]*", "{a,b}", "**", "a\\*", "x/*"] {
             assert!(!is_simple_wildcard(other), "{other}");
         }
+    }
+
+    /// One index, asked about many paths, answers as the patterns say: anchored patterns
+    /// through a HOME reached by a symlink (its directory is resolved once, at build), name
+    /// patterns on the path's own name, the first matching pattern in order, and nothing for
+    /// a path outside every secret. A bad pattern fails the build, not a later question.
+    #[test]
+    fn an_index_built_once_finds_what_each_pattern_names() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().canonicalize().expect("c");
+        let real_home = root.join("real-home");
+        std::fs::create_dir_all(real_home.join(".aws/sub")).expect("mk");
+        std::fs::create_dir_all(root.join("etc/ssh")).expect("mk");
+        symlink(&real_home, root.join("home")).expect("ln");
+        let host_key = format!("{}/etc/ssh/ssh_host_*_key", root.display());
+        let pats = [
+            src(".env*"),
+            src("~/.aws"),
+            src(&host_key),
+            src("conf/creds"),
+            src("*.pem"),
+        ];
+        let refs: Vec<_> = pats.iter().collect();
+        let index = SecretIndex::new(&refs, &root.join("home")).expect("index");
+        let ask = |p: &Path| index.containing(p).expect("ask");
+        assert_eq!(
+            ask(&real_home.join(".aws/sub")),
+            Some((real_home.join(".aws"), "~/.aws".to_string()))
+        );
+        assert_eq!(
+            ask(&real_home.join(".aws")),
+            Some((real_home.join(".aws"), "~/.aws".to_string()))
+        );
+        assert_eq!(
+            ask(&root.join("etc/ssh/ssh_host_ed25519_key")),
+            Some((root.join("etc/ssh/ssh_host_ed25519_key"), host_key.clone()))
+        );
+        assert_eq!(ask(&root.join("etc/ssh/ssh_config")), None);
+        assert_eq!(
+            ask(&root.join("p/.env.local")),
+            Some((root.join("p/.env.local"), ".env*".to_string()))
+        );
+        // `.env.pem` matches two patterns: the first in order names it.
+        assert_eq!(
+            ask(&root.join("p/.env.pem")),
+            Some((root.join("p/.env.pem"), ".env*".to_string()))
+        );
+        assert_eq!(
+            ask(&root.join("p/cert.pem")),
+            Some((root.join("p/cert.pem"), "*.pem".to_string()))
+        );
+        assert_eq!(ask(&real_home.join(".awsx")), None);
+        assert_eq!(ask(&root.join("p/src")), None);
+        // The one-shot function is the index.
+        assert_eq!(
+            secret_containing(&refs, &root.join("home"), &real_home.join(".aws/sub")).expect("ask"),
+            Some((real_home.join(".aws"), "~/.aws".to_string()))
+        );
+        let bad = [src("~/a*/b")];
+        let bad: Vec<_> = bad.iter().collect();
+        assert!(SecretIndex::new(&bad, &root).is_err());
+    }
+
+    /// A warm walk does not open the leaves its cache knows (directories whose listing holds
+    /// nothing to look at), and finds what a cold walk finds: a leaf whose cached listing
+    /// holds a secret's name or a `.git` is no leaf (it is opened and judged), a leaf that
+    /// changed is read again, and one replaced by a symlink is not followed.
+    #[test]
+    fn a_warm_walk_skips_only_the_leaves_it_may() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().canonicalize().expect("c");
+        let proj = root.join("proj");
+        let state = root.join("state");
+        std::fs::create_dir_all(&state).expect("mk");
+        for d in [
+            "a/leaf1",
+            "a/leaf2/node_modules/x",
+            "b/holds-env",
+            "b/repo/.git",
+            "c",
+        ] {
+            std::fs::create_dir_all(proj.join(d)).expect("mk");
+        }
+        for f in ["a/leaf1/x.rs", "a/leaf2/y.rs", "b/holds-env/.env", "c/z"] {
+            std::fs::write(proj.join(f), "K=1").expect("w");
+        }
+        std::fs::write(root.join("outside.env"), "K=1").expect("w");
+        let pats = [src(".env*")];
+        let refs: Vec<_> = pats.iter().collect();
+        // Every ctime so far is trusted (no waiting out the racy window).
+        let later = {
+            let d = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("now");
+            (d.as_secs() as i64 + 3600, 0)
+        };
+        let walk = || {
+            let mut c = ListingCache::open_with_horizon(&state, &proj, later);
+            let s = scan_project_cached(&refs, &root, &proj, true, &mut c).expect("scan");
+            c.save().expect("save");
+            let found: Vec<PathBuf> = s.secrets.iter().map(|m| m.path.clone()).collect();
+            (found, s.git_entries, c.unopened, c.misses)
+        };
+        let cold = walk();
+        assert_eq!(cold.0, [proj.join("b/holds-env/.env")]);
+        assert_eq!(cold.1, [proj.join("b/repo/.git")]);
+        assert_eq!(cold.2, 0, "nothing cached yet");
+        let warm = walk();
+        assert_eq!((&warm.0, &warm.1), (&cold.0, &cold.1));
+        assert_eq!(warm.3, 0, "every listing came from the cache");
+        // Exactly leaf1, leaf2 (its node_modules is not descended into) and c; not a or b
+        // (they hold directories), holds-env (a secret's name), repo (a `.git`), nor the
+        // project itself.
+        assert_eq!(warm.2, 3, "the leaves were not opened");
+        // A secret added to a cached leaf: its ctime changed, it is read again.
+        std::fs::write(proj.join("a/leaf1/.env.local"), "K=2").expect("w");
+        // A leaf replaced by a symlink to a directory holding a secret: not followed.
+        std::fs::remove_dir_all(proj.join("c")).expect("rm");
+        std::os::unix::fs::symlink(&root, proj.join("c")).expect("ln");
+        // A repository made in a cached leaf.
+        std::fs::create_dir_all(proj.join("a/leaf2/.git")).expect("mk");
+        let after = walk();
+        assert_eq!(
+            after.0,
+            [
+                proj.join("a/leaf1/.env.local"),
+                proj.join("b/holds-env/.env")
+            ]
+        );
+        assert_eq!(
+            after.1,
+            [proj.join("a/leaf2/.git"), proj.join("b/repo/.git")]
+        );
     }
 
     #[test]

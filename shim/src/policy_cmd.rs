@@ -489,6 +489,7 @@ pub fn build_with(
     tracing::debug!(
         reused = listings.hits,
         read = listings.misses,
+        unopened = listings.unopened,
         "project walk: directory listings"
     );
     for g in &scan.git_entries {

@@ -69,6 +69,7 @@ pub fn binds_inside_secrets(
 ) -> Result<Vec<InsideSecret>, crate::translate::TranslateError> {
     use std::os::unix::fs::MetadataExt;
     let mut out: Vec<InsideSecret> = vec![];
+    let index = crate::secrets::SecretIndex::new(patterns, home)?;
     for (src, dest) in binds {
         let found = secrets
             .iter()
@@ -76,7 +77,7 @@ pub fn binds_inside_secrets(
             .map(|s| (s.path.clone(), s.pattern.clone()));
         let hit = match found {
             Some(f) => Some(f),
-            None => crate::secrets::secret_containing(patterns, home, src)?,
+            None => index.containing(src)?,
         };
         let Some((secret, pattern)) = hit else {
             continue;
