@@ -175,6 +175,16 @@ for tier in full fs-only; do
   done | sort -n | awk -v t="$tier" '{a[NR]=$1} END {printf "%-8s policy+%s: median %.2f ms (min %.2f, max %.2f)\n", t, (t=="full"?"bundle":"view"), a[int((NR+1)/2)], a[1], a[NR]}'
 done
 
+# Counted, not timed: on a small shared machine the timings above swing by a millisecond from
+# run to run, while a count of the supervisor's own system calls (not its children's) moves
+# only when the code does.
+echo "== vetto supervisor system calls (strace -c of the supervisor alone, root, FULL, one run each)"
+for where in "$P" "$BIG"; do
+  (cd "$where" && strace -c -o "$work/strace-c" "$work/bin/vetto" run -q --tier full --no-user-policy -- /bin/true) \
+    && awk -v w="$where" '$NF == "total" {printf "%-40s %s calls\n", w, $4}' "$work/strace-c" \
+    || echo "strace failed in $where"
+done
+
 echo
 echo "== review mode: vetto changes apply of 10,000 changed files (the tree above; one run, root)"
 id=$(cd "$BIG" && "$work/bin/vetto" run --no-user-policy --project-access review -- python3 -c '
