@@ -1,5 +1,6 @@
 //! A cache of the project walk's directory listings, so that a start on an unchanged project
-//! of thousands of files opens and `fstat`s each directory instead of reading it.
+//! of thousands of files opens and `fstat`s each directory instead of reading it (and only
+//! `statx`es a leaf through its parent's descriptor: `secrets.rs::cached_leaf`).
 //!
 //! A listing is reused only for the very directory it was read from, unchanged since: the same
 //! (device, inode) and the same **ctime**, to the nanosecond. Adding, removing or renaming an
@@ -221,10 +222,22 @@ impl ListingCache {
         Some(l)
     }
 
-    /// The cached listing of directory `ino` at exactly ctime `c`, without taking it: the
-    /// caller has already asked [`Self::trusted`], and takes it with [`Self::keep`] if it
-    /// uses it.
-    pub fn peek(&mut self, ino: (u64, u64), c: Stamp) -> Option<Listing> {
+    /// Could a lookup hit at all: a cache with a file that held listings. (A walk without one
+    /// need not spend a system call on asking.)
+    pub(crate) fn may_hit(&mut self) -> bool {
+        if self.file.is_none() {
+            return false;
+        }
+        self.load();
+        !self.old.is_empty()
+    }
+
+    /// The cached listing of directory `ino` at exactly ctime `c`, without taking it, if
+    /// `trusted` ([`Self::trusted`] said so); taken with [`Self::keep`] if used.
+    pub(crate) fn peek(&mut self, ino: (u64, u64), c: Stamp, trusted: bool) -> Option<Listing> {
+        if !trusted {
+            return None;
+        }
         self.load();
         let (stamp, listing) = self.old.get(&ino)?;
         (*stamp == c).then(|| listing.clone())
@@ -232,7 +245,7 @@ impl ListingCache {
 
     /// Take a listing [`Self::peek`] returned (it stays in the saved cache), as a hit of a
     /// directory not opened.
-    pub fn keep(&mut self, ino: (u64, u64), c: Stamp, listing: &Listing) {
+    pub(crate) fn keep(&mut self, ino: (u64, u64), c: Stamp, listing: &Listing) {
         self.new.insert(ino, (c, listing.clone()));
         self.hits += 1;
         self.unopened += 1;

@@ -252,6 +252,8 @@ impl SecretIndex {
             let raw = &p.value;
             let relative_with_dir = raw.contains('/') && !raw.starts_with(['/', '~']);
             let entry = if relative_with_dir {
+                // Checked now (anchored anywhere), so that a bad one fails the index.
+                compile(raw, home, Path::new("/"))?;
                 IndexEntry::PerPath
             } else {
                 // The base is not used: the pattern is a bare name or absolute.
@@ -446,7 +448,8 @@ fn listing(d: &Dir, cache: &mut ListingCache) -> std::io::Result<(Listing, bool)
 /// A leaf costs one system call this way instead of three (`openat`, `statx`, `close`); a
 /// directory that turns out not to be one pays one `statx` more. On the bench's 10,000-file
 /// tree (100 leaves in 100 directories) a warm walk makes 100 fewer calls; a tree with more
-/// leaves than inner directories, the usual shape, saves more.
+/// leaves than inner directories, the usual shape, saves more. A walk whose cache cannot hit
+/// (none, or an empty one) does not ask.
 fn cached_leaf(
     parent: &Dir,
     name: &std::ffi::OsStr,
@@ -456,6 +459,9 @@ fn cached_leaf(
 ) -> Option<((u64, u64), Stamp, Listing, usize)> {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
+    if !cache.may_hit() {
+        return None;
+    }
     let c = Dir::c_name(name.as_bytes()).ok()?;
     // SAFETY: an all-zero statx is valid for the kernel to fill.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
@@ -484,10 +490,8 @@ fn cached_leaf(
     let ctime: Stamp = (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec));
     let encrypted = st.stx_attributes & libc::STATX_ATTR_ENCRYPTED as u64 != 0;
     // The parent's descriptor answers for the file system both are on.
-    if !cache.trusted(ino.0, parent.fd.as_raw_fd(), encrypted, ctime) {
-        return None;
-    }
-    let listed = cache.peek(ino, ctime)?;
+    let trusted = cache.trusted(ino.0, parent.fd.as_raw_fd(), encrypted, ctime);
+    let listed = cache.peek(ino, ctime, trusted)?;
     let mut n = 0;
     for (entry, is_dir) in listed.iter() {
         n += 1;
@@ -714,7 +718,8 @@ fn scan_attempt(
         let root = Dir::open_path(project).map_err(|e| err(project, e))?;
         // Depth first, holding one descriptor per level: each directory is opened relative to
         // the descriptor of the one it was listed in, never by a path that a rename could
-        // redirect, and its inode is recorded with the entries read from that descriptor.
+        // redirect, and its inode is recorded with the entries read from that descriptor (a
+        // cached leaf is `statx`ed through that descriptor instead: `cached_leaf`).
         let mut stack: Vec<(PathBuf, Dir, Listing, usize)> = vec![];
         let (listed, trusted) = listing(&root, cache).map_err(|e| err(project, e))?;
         visited.push(Visited {
@@ -964,8 +969,9 @@ mod tests {
 
     /// One index, asked about many paths, answers as the patterns say: anchored patterns
     /// through a HOME reached by a symlink (its directory is resolved once, at build), name
-    /// patterns on the path's own name, the first matching pattern in order, and nothing for
-    /// a path outside every secret. A bad pattern fails the build, not a later question.
+    /// patterns on the path's own name, the first matching pattern in order, nothing for a
+    /// path outside every secret, and relative patterns as before. A bad pattern fails the
+    /// build, not a later question.
     #[test]
     fn an_index_built_once_finds_what_each_pattern_names() {
         let t = tempfile::tempdir().expect("tmp");
@@ -1013,14 +1019,43 @@ mod tests {
         );
         assert_eq!(ask(&real_home.join(".awsx")), None);
         assert_eq!(ask(&root.join("p/src")), None);
+        // A relative pattern with a directory part is anchored at the path asked about (as
+        // it always was): the index and a per-path compile agree.
+        let rel = [src("conf/creds")];
+        let rel: Vec<_> = rel.iter().collect();
+        let rel_index = SecretIndex::new(&rel, &root).expect("index");
+        for p in [
+            root.join("p/conf/creds"),
+            root.join("p/conf/creds/x"),
+            root.join("p"),
+        ] {
+            let want = match compile("conf/creds", &root, &p).expect("compile") {
+                Pattern::Anchored { dir, last } => p
+                    .ancestors()
+                    .find(|a| {
+                        a.parent() == Some(dir.as_path())
+                            && a.file_name().is_some_and(|n| last.is_match(n))
+                    })
+                    .map(|a| (a.to_path_buf(), "conf/creds".to_string())),
+                Pattern::Name(_) => unreachable!("it has a directory part"),
+            };
+            assert_eq!(
+                rel_index.containing(&p).expect("ask"),
+                want,
+                "{}",
+                p.display()
+            );
+        }
         // The one-shot function is the index.
         assert_eq!(
             secret_containing(&refs, &root.join("home"), &real_home.join(".aws/sub")).expect("ask"),
             Some((real_home.join(".aws"), "~/.aws".to_string()))
         );
-        let bad = [src("~/a*/b")];
-        let bad: Vec<_> = bad.iter().collect();
-        assert!(SecretIndex::new(&bad, &root).is_err());
+        for bad in ["~/a*/b", "a*/b", "x/../y"] {
+            let bad = [src(bad)];
+            let bad: Vec<_> = bad.iter().collect();
+            assert!(SecretIndex::new(&bad, &root).is_err(), "{}", bad[0].value);
+        }
     }
 
     /// A warm walk does not open the leaves its cache knows (directories whose listing holds
@@ -1061,7 +1096,7 @@ mod tests {
             let s = scan_project_cached(&refs, &root, &proj, true, &mut c).expect("scan");
             c.save().expect("save");
             let found: Vec<PathBuf> = s.secrets.iter().map(|m| m.path.clone()).collect();
-            (found, s.git_entries, c.unopened, c.misses)
+            (found, s.git_entries, c.unopened, c.misses, c.hits)
         };
         let cold = walk();
         assert_eq!(cold.0, [proj.join("b/holds-env/.env")]);
@@ -1069,14 +1104,26 @@ mod tests {
         assert_eq!(cold.2, 0, "nothing cached yet");
         let warm = walk();
         assert_eq!((&warm.0, &warm.1), (&cold.0, &cold.1));
-        assert_eq!(warm.3, 0, "every listing came from the cache");
+        assert_eq!(warm.3, 0, "no listing was read");
+        // All eight directories (the project, a, leaf1, leaf2, b, holds-env, repo, c).
+        assert_eq!(warm.4, 8, "every listing came from the cache");
         // Exactly leaf1, leaf2 (its node_modules is not descended into) and c; not a or b
         // (they hold directories), holds-env (a secret's name), repo (a `.git`), nor the
         // project itself.
         assert_eq!(warm.2, 3, "the leaves were not opened");
+        // A cache that trusts no ctime (as if every one were within the racy window) reuses
+        // nothing and leaves nothing unopened.
+        let mut distrust = ListingCache::open_with_horizon(&state, &proj, (0, 0));
+        let s = scan_project_cached(&refs, &root, &proj, true, &mut distrust).expect("scan");
+        assert_eq!((distrust.unopened, distrust.hits), (0, 0));
+        assert_eq!(s.git_entries, cold.1);
+        // The changes below must move the ctimes: past the file system's clock tick first
+        // (a coarse one on kernels without fine-grained timestamps).
+        std::thread::sleep(std::time::Duration::from_millis(50));
         // A secret added to a cached leaf: its ctime changed, it is read again.
         std::fs::write(proj.join("a/leaf1/.env.local"), "K=2").expect("w");
-        // A leaf replaced by a symlink to a directory holding a secret: not followed.
+        // A leaf replaced by a symlink to a directory holding a secret: not followed (the
+        // project's own listing changed, so it is read again and shows the link as a link).
         std::fs::remove_dir_all(proj.join("c")).expect("rm");
         std::os::unix::fs::symlink(&root, proj.join("c")).expect("ln");
         // A repository made in a cached leaf.
