@@ -162,6 +162,20 @@ enum Pattern {
     Anchored { dir: PathBuf, last: NameMatch },
 }
 
+impl Pattern {
+    /// With an anchored pattern's directory resolved (symlinks, `..`), as canonical paths are
+    /// compared with it; unchanged when it does not exist.
+    fn resolved(self) -> Pattern {
+        match self {
+            Pattern::Anchored { dir, last } => Pattern::Anchored {
+                dir: dir.canonicalize().unwrap_or(dir),
+                last,
+            },
+            name => name,
+        }
+    }
+}
+
 fn compile(raw: &str, home: &Path, project: &Path) -> Result<Pattern, TranslateError> {
     let bad = |reason: String| TranslateError::Path {
         key: "secrets".into(),
@@ -257,13 +271,7 @@ impl SecretIndex {
                 IndexEntry::PerPath
             } else {
                 // The base is not used: the pattern is a bare name or absolute.
-                IndexEntry::Compiled(match compile(raw, home, Path::new("/"))? {
-                    Pattern::Anchored { dir, last } => Pattern::Anchored {
-                        dir: dir.canonicalize().unwrap_or(dir),
-                        last,
-                    },
-                    name => name,
-                })
+                IndexEntry::Compiled(compile(raw, home, Path::new("/"))?.resolved())
             };
             entries.push((entry, raw.clone()));
         }
@@ -281,13 +289,7 @@ impl SecretIndex {
             let pattern = match entry {
                 IndexEntry::Compiled(p) => p,
                 IndexEntry::PerPath => {
-                    per_path = match compile(raw, &self.home, path)? {
-                        Pattern::Anchored { dir, last } => Pattern::Anchored {
-                            dir: dir.canonicalize().unwrap_or(dir),
-                            last,
-                        },
-                        name => name,
-                    };
+                    per_path = compile(raw, &self.home, path)?.resolved();
                     &per_path
                 }
             };
@@ -479,30 +481,44 @@ fn cached_leaf(
     if r != 0 || u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
         return None;
     }
-    let ino = (
-        libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-        st.stx_ino,
-    );
+    let (ino, ctime, encrypted) = statx_identity(&st);
     // Another file system (a mount point): opened, so that its own kind is asked.
     if ino.0 != parent.ino.0 {
         return None;
     }
-    let ctime: Stamp = (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec));
-    let encrypted = st.stx_attributes & libc::STATX_ATTR_ENCRYPTED as u64 != 0;
     // The parent's descriptor answers for the file system both are on.
     let trusted = cache.trusted(ino.0, parent.fd.as_raw_fd(), encrypted, ctime);
     let listed = cache.peek(ino, ctime, trusted)?;
     let mut n = 0;
     for (entry, is_dir) in listed.iter() {
         n += 1;
-        let descend = is_dir && !SCAN_SKIP.iter().any(|s| entry == *s);
-        if descend || (find_git && entry == ".git") || names.iter().any(|(g, _)| g.is_match(entry))
+        if descends(entry, is_dir)
+            || (find_git && entry == ".git")
+            || names.iter().any(|(g, _)| g.is_match(entry))
         {
             return None;
         }
     }
     cache.keep(ino, ctime, &listed);
     Some((ino, ctime, listed, n))
+}
+
+/// What the walk knows a directory by, from its `statx`: (device, inode), ctime, and whether
+/// it is an fscrypt directory (`STATX_ATTR_ENCRYPTED`).
+fn statx_identity(st: &libc::statx) -> ((u64, u64), Stamp, bool) {
+    (
+        (
+            libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            st.stx_ino,
+        ),
+        (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
+        st.stx_attributes & libc::STATX_ATTR_ENCRYPTED as u64 != 0,
+    )
+}
+
+/// Does the walk descend into the entry `name` (a directory, unless it is one of [`SCAN_SKIP`])?
+fn descends(name: &std::ffi::OsStr, is_dir: bool) -> bool {
+    is_dir && !SCAN_SKIP.iter().any(|s| name == *s)
 }
 
 /// A directory open for reading, with its inode (`O_NOFOLLOW`: never through a symlink).
@@ -539,14 +555,12 @@ impl Dir {
         if r != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        let (ino, ctime, encrypted) = statx_identity(&st);
         Ok(Dir {
             fd,
-            ino: (
-                libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-                st.stx_ino,
-            ),
-            ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
-            encrypted: st.stx_attributes & libc::STATX_ATTR_ENCRYPTED as u64 != 0,
+            ino,
+            ctime,
+            encrypted,
         })
     }
 
@@ -711,6 +725,13 @@ fn scan_attempt(
     let mut direct: Vec<SecretMatch> = vec![];
     if !names.is_empty() || find_git {
         let mut budget = SCAN_BUDGET;
+        let over_budget = || TranslateError::SecretScan {
+            root: project.to_path_buf(),
+            reason: format!(
+                "more than {SCAN_BUDGET} entries; name the secrets with anchored paths \
+                 (e.g. `config/.env`) or narrow the project"
+            ),
+        };
         let err = |root: &Path, e: std::io::Error| TranslateError::SecretScan {
             root: root.to_path_buf(),
             reason: e.to_string(),
@@ -739,17 +760,9 @@ fn scan_attempt(
             };
             *next = after;
             let matched = names.iter().find(|(g, _)| g.is_match(name));
-            let descend = is_dir && !SCAN_SKIP.iter().any(|s| name == *s);
+            let descend = descends(name, is_dir);
             let is_git = find_git && name == ".git";
-            budget = budget
-                .checked_sub(1)
-                .ok_or_else(|| TranslateError::SecretScan {
-                    root: project.to_path_buf(),
-                    reason: format!(
-                        "more than {SCAN_BUDGET} entries; name the secrets with anchored paths \
-                         (e.g. `config/.env`) or narrow the project"
-                    ),
-                })?;
+            budget = budget.checked_sub(1).ok_or_else(over_budget)?;
             if matched.is_none() && !descend && !is_git {
                 continue;
             }
@@ -795,15 +808,7 @@ fn scan_attempt(
                 if let Some((ino, ctime, listed, n)) =
                     cached_leaf(fd, name, cache, &names, find_git)
                 {
-                    budget = budget
-                        .checked_sub(n)
-                        .ok_or_else(|| TranslateError::SecretScan {
-                            root: project.to_path_buf(),
-                            reason: format!(
-                                "more than {SCAN_BUDGET} entries; name the secrets with anchored \
-                                 paths (e.g. `config/.env`) or narrow the project"
-                            ),
-                        })?;
+                    budget = budget.checked_sub(n).ok_or_else(over_budget)?;
                     visited.push(Visited {
                         path,
                         ino,
