@@ -11,8 +11,12 @@
 //! come from a coarse clock, so a change made in the same tick as the read could otherwise
 //! leave the ctime as it was (git's "racy clean" problem).
 //!
-//! The secret patterns are judged afresh on every walk (the cache holds names, not verdicts),
-//! and every matched entry is still `fstatat`ed and resolved then. The cache lives in the
+//! The secret patterns are judged afresh on every walk, with one exception: a listing may carry
+//! the keys of up to two walks ([`LeafKey`]: a SHA-256 of the exact name patterns and whether
+//! `.git` was looked for) that found it a **leaf**, holding no directory to descend into and
+//! nothing the walk looks at. A walk with the same key reuses that verdict for the same
+//! listing (same inode, same ctime) instead of matching every name again; any other walk
+//! judges the names itself. Every matched entry is still `fstatat`ed and resolved then. The cache lives in the
 //! user's private runtime directory, out of every sandbox's reach; a missing, unreadable or
 //! malformed file is an empty cache.
 
@@ -35,7 +39,18 @@ pub type Stamp = (i64, i64);
 pub const RACY_SECS: i64 = 2;
 
 /// The file's magic and format version.
-const MAGIC: &[u8; 8] = b"vtlst002";
+const MAGIC: &[u8; 8] = b"vtlst003";
+
+/// What a walk is known by when it records a listing as a leaf: the first 128 bits of a
+/// SHA-256 of its name patterns and of whether it looked for `.git`
+/// (`secrets.rs::leaf_key`). 0 is no key.
+pub type LeafKey = u128;
+
+/// The keys of the (last two) walks that found a listing a leaf; a slot of 0 is empty.
+type Leaves = [LeafKey; 2];
+
+/// Cached listings: (device, inode) → (ctime, listing, keys of walks that found it a leaf).
+type Listings = HashMap<(u64, u64), (Stamp, Listing, Leaves)>;
 
 /// One directory's entries, sorted by name, as records `[is_dir: u8][len: u16 LE][name]` in a
 /// shared buffer (the whole cache file, or the one listing read): iterating copies nothing.
@@ -44,6 +59,8 @@ pub struct Listing {
     buf: Rc<[u8]>,
     start: usize,
     end: usize,
+    /// Number of entries.
+    len: usize,
 }
 
 impl Listing {
@@ -63,7 +80,18 @@ impl Listing {
             buf: b.into(),
             start: 0,
             end,
+            len: entries.len(),
         })
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No entries?
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The entries, in name order.
@@ -119,10 +147,12 @@ fn split_record(b: &[u8]) -> Option<((&OsStr, bool), &[u8])> {
 pub struct ListingCache {
     /// Where it is saved (`None`: kept in memory only).
     file: Option<PathBuf>,
-    /// Loaded: (device, inode) → (ctime, listing).
-    old: HashMap<(u64, u64), (Stamp, Listing)>,
+    /// Loaded.
+    old: Listings,
     /// Seen in this walk and old enough to keep: what is saved.
-    new: HashMap<(u64, u64), (Stamp, Listing)>,
+    new: Listings,
+    /// A leaf verdict was recorded that the file does not hold yet.
+    leaves_added: bool,
     /// A ctime strictly before this is trusted.
     trust_before: Stamp,
     /// The project, and whether its file was read yet (on the first lookup, not at `open`).
@@ -136,6 +166,9 @@ pub struct ListingCache {
     pub misses: usize,
     /// Of the listings reused, those of directories the walk did not open (leaves).
     pub unopened: usize,
+    /// Of those, the leaves whose names were not matched again (a recorded verdict of a
+    /// walk with the same key).
+    pub leaf_verdicts: usize,
 }
 
 impl ListingCache {
@@ -163,9 +196,11 @@ impl ListingCache {
             project: project.to_path_buf(),
             loaded: false,
             local: HashMap::new(),
+            leaves_added: false,
             hits: 0,
             misses: 0,
             unopened: 0,
+            leaf_verdicts: 0,
         }
     }
 
@@ -212,12 +247,12 @@ impl ListingCache {
             return None;
         }
         self.load();
-        let (stamp, listing) = self.old.get(&ino)?;
+        let (stamp, listing, leaves) = self.old.get(&ino)?;
         if *stamp != c {
             return None;
         }
         let l = listing.clone();
-        self.new.insert(ino, (c, l.clone()));
+        self.new.insert(ino, (c, l.clone(), *leaves));
         self.hits += 1;
         Some(l)
     }
@@ -233,22 +268,44 @@ impl ListingCache {
     }
 
     /// The cached listing of directory `ino` at exactly ctime `c`, without taking it, if
-    /// `trusted` ([`Self::trusted`] said so); taken with [`Self::keep`] if used.
-    pub(crate) fn peek(&mut self, ino: (u64, u64), c: Stamp, trusted: bool) -> Option<Listing> {
+    /// `trusted` ([`Self::trusted`] said so); taken with [`Self::keep`] if used. Also whether
+    /// a walk with key `key` (never 0) found that listing a leaf.
+    pub(crate) fn peek(
+        &mut self,
+        ino: (u64, u64),
+        c: Stamp,
+        trusted: bool,
+        key: LeafKey,
+    ) -> Option<(Listing, bool)> {
         if !trusted {
             return None;
         }
         self.load();
-        let (stamp, listing) = self.old.get(&ino)?;
-        (*stamp == c).then(|| listing.clone())
+        let (stamp, listing, leaves) = self.old.get(&ino)?;
+        (*stamp == c).then(|| (listing.clone(), key != 0 && leaves.contains(&key)))
     }
 
     /// Take a listing [`Self::peek`] returned (it stays in the saved cache), as a hit of a
-    /// directory not opened.
-    pub(crate) fn keep(&mut self, ino: (u64, u64), c: Stamp, listing: &Listing) {
-        self.new.insert(ino, (c, listing.clone()));
+    /// directory not opened, which the walk with key `key` found a leaf (recorded beside the
+    /// listing; the older of two other keys gives way). `verdict`: that was known already,
+    /// the names were not matched again.
+    pub(crate) fn keep(
+        &mut self,
+        ino: (u64, u64),
+        c: Stamp,
+        listing: &Listing,
+        key: LeafKey,
+        verdict: bool,
+    ) {
+        let mut leaves = self.old.get(&ino).map_or([0; 2], |o| o.2);
+        if key != 0 && !leaves.contains(&key) {
+            leaves = [key, leaves[0]];
+            self.leaves_added = true;
+        }
+        self.new.insert(ino, (c, listing.clone(), leaves));
         self.hits += 1;
         self.unopened += 1;
+        self.leaf_verdicts += usize::from(verdict);
     }
 
     /// Record the listing just read from directory `ino` (whose ctime was `c` when opened,
@@ -256,7 +313,7 @@ impl ListingCache {
     pub fn put(&mut self, ino: (u64, u64), c: Stamp, trusted: bool, listing: &Listing) {
         self.misses += 1;
         if trusted {
-            self.new.insert(ino, (c, listing.clone()));
+            self.new.insert(ino, (c, listing.clone(), [0; 2]));
         }
     }
 
@@ -273,21 +330,25 @@ impl ListingCache {
         let fresh = std::fs::metadata(file)
             .and_then(|m| m.modified())
             .is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() < 24 * 3600));
-        if self.misses == 0 && self.new.len() == self.old.len() && fresh {
+        if self.misses == 0 && !self.leaves_added && self.new.len() == self.old.len() && fresh {
             return Ok(());
         }
         let project = self.project.as_os_str().as_bytes();
-        let size: usize = self.new.values().map(|(_, l)| l.raw().len() + 48).sum();
+        let size: usize = self.new.values().map(|(_, l, _)| l.raw().len() + 80).sum();
         let mut b = Vec::with_capacity(size + project.len() + 32);
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&(project.len() as u64).to_le_bytes());
         b.extend_from_slice(project);
         b.extend_from_slice(&(self.new.len() as u64).to_le_bytes());
-        for ((dev, ino), ((s, ns), l)) in &self.new {
+        for ((dev, ino), ((s, ns), l, leaves)) in &self.new {
             let raw = l.raw();
-            for v in [*dev, *ino, *s as u64, *ns as u64, raw.len() as u64] {
+            for v in [*dev, *ino, *s as u64, *ns as u64] {
                 b.extend_from_slice(&v.to_le_bytes());
             }
+            for k in leaves {
+                b.extend_from_slice(&k.to_le_bytes());
+            }
+            b.extend_from_slice(&(raw.len() as u64).to_le_bytes());
             b.extend_from_slice(raw);
         }
         let tmp = file.with_extension(format!("tmp{}", std::process::id()));
@@ -327,12 +388,16 @@ impl Reader<'_> {
         let r = self.take(8)?;
         self.b[r].try_into().ok().map(u64::from_le_bytes)
     }
+    fn u128(&mut self) -> Option<u128> {
+        let r = self.take(16)?;
+        self.b[r].try_into().ok().map(u128::from_le_bytes)
+    }
 }
 
 /// The cached listings, if `buf` is a well-formed cache of `project` (a hash collision with
 /// another project's file is told apart by the path stored in it). Every record is checked
 /// here: a name is non-empty and holds no `/` or NUL, a flag is 0 or 1, sorted by name.
-fn parse(buf: Rc<[u8]>, project: &Path) -> Option<HashMap<(u64, u64), (Stamp, Listing)>> {
+fn parse(buf: Rc<[u8]>, project: &Path) -> Option<Listings> {
     let mut r = Reader { b: &buf, at: 0 };
     let magic = r.take(MAGIC.len())?;
     let n = usize::try_from(r.u64()?).ok()?;
@@ -344,11 +409,14 @@ fn parse(buf: Rc<[u8]>, project: &Path) -> Option<HashMap<(u64, u64), (Stamp, Li
     let mut out = HashMap::with_capacity(dirs.min(1 << 16) as usize);
     for _ in 0..dirs {
         let (dev, ino, s, ns) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let leaves = [r.u128()?, r.u128()?];
         let len = usize::try_from(r.u64()?).ok()?;
         let range = r.take(len)?;
         let mut rest = &buf[range.clone()];
         let mut prev: Option<&OsStr> = None;
+        let mut count = 0;
         while !rest.is_empty() {
+            count += 1;
             if rest[0] > 1 {
                 return None;
             }
@@ -367,8 +435,9 @@ fn parse(buf: Rc<[u8]>, project: &Path) -> Option<HashMap<(u64, u64), (Stamp, Li
             buf: buf.clone(),
             start: range.start,
             end: range.end,
+            len: count,
         };
-        out.insert((dev, ino), ((s as i64, ns as i64), listing));
+        out.insert((dev, ino), ((s as i64, ns as i64), listing, leaves));
     }
     (r.at == buf.len()).then_some(out)
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use globset::{Glob, GlobMatcher};
 
 pub use crate::listing::ListingCache;
-use crate::listing::{Listing, Stamp};
+use crate::listing::{LeafKey, Listing, Stamp};
 use serde::Serialize;
 
 use crate::error::TranslateError;
@@ -458,6 +458,7 @@ fn cached_leaf(
     cache: &mut ListingCache,
     names: &[(&NameMatch, &Sourced<String>)],
     find_git: bool,
+    key: LeafKey,
 ) -> Option<((u64, u64), Stamp, Listing, usize)> {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
@@ -488,19 +489,42 @@ fn cached_leaf(
     }
     // The parent's descriptor answers for the file system both are on.
     let trusted = cache.trusted(ino.0, parent.fd.as_raw_fd(), encrypted, ctime);
-    let listed = cache.peek(ino, ctime, trusted)?;
-    let mut n = 0;
-    for (entry, is_dir) in listed.iter() {
-        n += 1;
-        if descends(entry, is_dir)
-            || (find_git && entry == ".git")
-            || names.iter().any(|(g, _)| g.is_match(entry))
-        {
-            return None;
+    let (listed, verdict) = cache.peek(ino, ctime, trusted, key)?;
+    // A walk with the same patterns found this very listing a leaf: the names need not be
+    // matched again (the verdict is a function of the listing and the key alone).
+    if !verdict {
+        for (entry, is_dir) in listed.iter() {
+            if descends(entry, is_dir)
+                || (find_git && entry == ".git")
+                || names.iter().any(|(g, _)| g.is_match(entry))
+            {
+                return None;
+            }
         }
     }
-    cache.keep(ino, ctime, &listed);
+    cache.keep(ino, ctime, &listed, key, verdict);
+    let n = listed.len();
     Some((ino, ctime, listed, n))
+}
+
+/// The key under which a walk records the leaves it found ([`LeafKey`]): what decides whether
+/// a listing is a leaf for it, i.e. its name patterns, exactly as written and in order (a
+/// name pattern's matcher depends on its text alone), whether it looks for `.git`, and the
+/// version of the rule (bumped when [`descends`] or the check in [`cached_leaf`] changes).
+fn leaf_key(names: &[(&NameMatch, &Sourced<String>)], find_git: bool) -> LeafKey {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"vetto leaf rule 1\0");
+    h.update([u8::from(find_git)]);
+    for (_, s) in names {
+        h.update((s.value.len() as u64).to_le_bytes());
+        h.update(s.value.as_bytes());
+    }
+    let d = h.finalize();
+    let mut k = [0u8; 16];
+    k.copy_from_slice(&d[..16]);
+    // 0 means "no key"; a digest whose first 128 bits are 0 is not seen in practice.
+    LeafKey::from_le_bytes(k).max(1)
 }
 
 /// What the walk knows a directory by, from its `statx`: (device, inode), ctime, and whether
@@ -737,6 +761,7 @@ fn scan_attempt(
             reason: e.to_string(),
         };
         let root = Dir::open_path(project).map_err(|e| err(project, e))?;
+        let key = leaf_key(&names, find_git);
         // Depth first, holding one descriptor per level: each directory is opened relative to
         // the descriptor of the one it was listed in, never by a path that a rename could
         // redirect, and its inode is recorded with the entries read from that descriptor (a
@@ -806,7 +831,7 @@ fn scan_attempt(
                 // A directory known unchanged whose listing holds nothing to look at is not
                 // opened: see [`cached_leaf`]. Its entries count against the budget.
                 if let Some((ino, ctime, listed, n)) =
-                    cached_leaf(fd, name, cache, &names, find_git)
+                    cached_leaf(fd, name, cache, &names, find_git, key)
                 {
                     budget = budget.checked_sub(n).ok_or_else(over_budget)?;
                     visited.push(Visited {
@@ -1096,13 +1121,21 @@ mod tests {
                 .expect("now");
             (d.as_secs() as i64 + 3600, 0)
         };
-        let walk = || {
+        let walk_with = |refs: &[&Sourced<String>]| {
             let mut c = ListingCache::open_with_horizon(&state, &proj, later);
-            let s = scan_project_cached(&refs, &root, &proj, true, &mut c).expect("scan");
+            let s = scan_project_cached(refs, &root, &proj, true, &mut c).expect("scan");
             c.save().expect("save");
             let found: Vec<PathBuf> = s.secrets.iter().map(|m| m.path.clone()).collect();
-            (found, s.git_entries, c.unopened, c.misses, c.hits)
+            (
+                found,
+                s.git_entries,
+                c.unopened,
+                c.misses,
+                c.hits,
+                c.leaf_verdicts,
+            )
         };
+        let walk = || walk_with(&refs);
         let cold = walk();
         assert_eq!(cold.0, [proj.join("b/holds-env/.env")]);
         assert_eq!(cold.1, [proj.join("b/repo/.git")]);
@@ -1116,6 +1149,37 @@ mod tests {
         // (they hold directories), holds-env (a secret's name), repo (a `.git`), nor the
         // project itself.
         assert_eq!(warm.2, 3, "the leaves were not opened");
+        assert_eq!(
+            warm.5, 0,
+            "no leaf verdict recorded yet: the names were matched"
+        );
+        // The next walk with the same patterns takes the verdicts the last one recorded.
+        let third = walk();
+        assert_eq!((&third.0, &third.1, third.2), (&cold.0, &cold.1, 3));
+        assert_eq!(third.5, 3, "the leaves' names were not matched again");
+        // The after-session walk (no patterns, `.git` only) records its own verdicts beside
+        // the first walk's, which stay usable: each listing keeps the last two keys.
+        let git_only = walk_with(&[]);
+        assert_eq!(git_only.1, cold.1);
+        assert_eq!(walk_with(&[]).5, git_only.2, "its own verdicts, next time");
+        let fourth = walk();
+        assert_eq!(
+            (&fourth.0, fourth.5),
+            (&cold.0, 3),
+            "the first walk's verdicts kept"
+        );
+        // A walk with other patterns does not: `*.rs` names a file in leaf1 and leaf2 (no
+        // leaves for it), and it is found there although the cache holds leaf verdicts for
+        // those very listings. (Fails if the key ignored the patterns.)
+        let rs = [src("*.rs")];
+        let rs: Vec<_> = rs.iter().collect();
+        let other = walk_with(&rs);
+        assert_eq!(
+            other.0,
+            [proj.join("a/leaf1/x.rs"), proj.join("a/leaf2/y.rs")]
+        );
+        // Its leaves are c and holds-env (`.env` is no `*.rs`), both judged afresh.
+        assert_eq!((other.2, other.5), (2, 0), "its leaves, judged afresh");
         // A cache that trusts no ctime (as if every one were within the racy window) reuses
         // nothing and leaves nothing unopened.
         let mut distrust = ListingCache::open_with_horizon(&state, &proj, (0, 0));

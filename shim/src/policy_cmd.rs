@@ -490,6 +490,7 @@ pub fn build_with(
         reused = listings.hits,
         read = listings.misses,
         unopened = listings.unopened,
+        leaf_verdicts = listings.leaf_verdicts,
         "project walk: directory listings"
     );
     for g in &scan.git_entries {

@@ -524,9 +524,32 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
             err(&o)
         );
     };
+    let verdicts = |o: &std::process::Output| -> usize {
+        let e = err(o);
+        let at = e
+            .find("leaf_verdicts=")
+            .unwrap_or_else(|| panic!("no walk record: {e}"));
+        e[at + 14..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
     for tier in ["full", "fs-only"] {
+        // The first run caches the listings, the second records which are leaves for these
+        // patterns, the third takes those verdicts (old/deep and elsewhere are leaves): the
+        // changes below land in directories the cache holds verdicts for.
+        for _ in 0..2 {
+            let o = f.run_env(&["--tier", tier], &["/bin/true"], &debug);
+            assert!(o.status.success(), "{tier}: {}", err(&o));
+        }
         let o = f.run_env(&["--tier", tier], &["/bin/true"], &debug);
         assert!(o.status.success(), "{tier}: {}", err(&o));
+        assert!(
+            verdicts(&o) >= 2,
+            "{tier}: the leaves' verdicts were not used: {}",
+            err(&o)
+        );
         // Three ways a secret appears in a directory whose listing is cached: created there,
         // renamed in from elsewhere, and in a new subdirectory. Checked once the changed
         // directories' new ctimes are old enough to be trusted: only the ctimes' change tells
@@ -550,5 +573,7 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
             "rm -r old/.env old/deep/.env.local old/deep/.env old/new",
         );
         assert!(o.status.success(), "{}", err(&o));
+        // Past the racy window again, so the next tier's runs cache these directories.
+        std::thread::sleep(Duration::from_millis(2_300));
     }
 });
