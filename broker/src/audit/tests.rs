@@ -489,3 +489,26 @@ fn state_directories_and_files_vetto_did_not_make_private_are_refused() {
         assert!(e.contains("owner uid 65534"), "{e}");
     }
 }
+
+/// The head file is rewritten in place and cut only when the new head is shorter than what
+/// the file holds: a longer head left there (here the same head, pretty-printed) is cut to the
+/// new one, which parses and verifies; a head as long as the last is written without a cut.
+#[test]
+fn a_head_shorter_than_the_file_is_cut_to_its_length() {
+    let d = crate::private_tempdir();
+    let cfg = filled(d.path(), 1);
+    let head = StorePaths::new(&cfg.store).head;
+    let compact: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&head).unwrap()).unwrap();
+    let long = serde_json::to_vec_pretty(&compact).unwrap();
+    std::fs::write(&head, &long).unwrap();
+    assert!(check(&cfg).ok(), "the pretty head says the same");
+    let mut r = Recorder::open(&cfg, "next").unwrap();
+    r.record_batch(vec![(super::event::now_ms(), end())], true)
+        .unwrap();
+    let now = std::fs::read(&head).unwrap();
+    assert!(now.len() < long.len(), "written compact: {}", now.len());
+    let v: serde_json::Value = serde_json::from_slice(&now).expect("nothing of the old head left");
+    assert_ne!(v, compact, "a new head");
+    assert!(check(&cfg).ok(), "{:?}", check(&cfg));
+}
