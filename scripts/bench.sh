@@ -193,7 +193,7 @@ for d, _, fs in os.walk("."):
     for f in fs:
         if f.endswith(".rs"):
             open(os.path.join(d, f), "a").write("x\n")
-' 2>&1 | grep -oE 'change set [0-9a-f-]+' | head -1 | cut -d' ' -f3)
+' 2>&1 | grep -oE 'changes apply [0-9a-f-]+' | head -1 | cut -d' ' -f3 || true)
 if [ -n "$id" ]; then
   s=$(date +%s%N)
   "$work/bin/vetto" changes apply "$id" | tail -1

@@ -12,12 +12,14 @@
 //! leave the ctime as it was (git's "racy clean" problem).
 //!
 //! The secret patterns are judged afresh on every walk, with one exception: a listing may carry
-//! the keys of up to two walks ([`LeafKey`]: a SHA-256 of the exact name patterns and whether
-//! `.git` was looked for) that found it a **leaf**, holding no directory to descend into and
-//! nothing the walk looks at. A walk with the same key reuses that verdict for the same
-//! listing (same inode, same ctime) instead of matching every name again; any other walk
-//! judges the names itself. Every matched entry is still `fstatat`ed and resolved then. The cache lives in the
-//! user's private runtime directory, out of every sandbox's reach; a missing, unreadable or
+//! the keys of the last two walks that recorded it as a **leaf** (no directory to descend
+//! into, nothing the walk looks at). A key ([`LeafKey`]) is a SHA-256 of the exact name
+//! patterns, whether `.git` was looked for, the skipped directory names and the identity of
+//! the vetto binary doing the matching. A walk with the same key reuses that verdict for the
+//! same listing (same inode, same ctime) instead of matching every name again; any other walk
+//! (other patterns, another vetto build) judges the names itself. Every matched entry is still
+//! `fstatat`ed and resolved then. The cache lives in vetto's audit state directory, out of
+//! every sandbox's reach; a missing, unreadable or
 //! malformed file is an empty cache.
 
 use std::collections::HashMap;
@@ -42,8 +44,8 @@ pub const RACY_SECS: i64 = 2;
 const MAGIC: &[u8; 8] = b"vtlst003";
 
 /// What a walk is known by when it records a listing as a leaf: the first 128 bits of a
-/// SHA-256 of its name patterns and of whether it looked for `.git`
-/// (`secrets.rs::leaf_key`). 0 is no key.
+/// SHA-256 of what decides the verdict (`secrets.rs::leaf_key`). 0 is no key: nothing is
+/// recorded or reused under it.
 pub type LeafKey = u128;
 
 /// The keys of the (last two) walks that found a listing a leaf; a slot of 0 is empty.
@@ -522,6 +524,62 @@ mod tests {
             "not a local-ctime file system"
         );
         assert!(!ListingCache::none().trusted(1, fd, false, (1_000, 0)));
+    }
+
+    /// A leaf verdict is saved and read back with its listing, only for the key it was
+    /// recorded under; the last two keys recorded stay; a listing read again (a new ctime)
+    /// carries none.
+    #[test]
+    fn leaf_verdicts_belong_to_their_listing_and_key() {
+        let t = tempfile::tempdir().expect("tmp");
+        let proj = Path::new("/p");
+        let (ino, old) = ((1, 2), (1_000, 5));
+        let l = entries(&[("a", false)]);
+        let mut c = ListingCache::open(t.path(), proj);
+        c.put(ino, old, true, &l);
+        c.save().expect("save");
+        let verdict = |k: LeafKey, at: Stamp| {
+            ListingCache::open(t.path(), proj)
+                .peek(ino, at, true, k)
+                .map(|(_, v)| v)
+        };
+        assert_eq!(verdict(7, old), Some(false), "read, not yet judged");
+        for k in [7, 8] {
+            let mut c = ListingCache::open(t.path(), proj);
+            let (got, _) = c.peek(ino, old, true, k).expect("cached");
+            assert_eq!(got.len(), 1);
+            c.keep(ino, old, &got, k, false);
+            c.save().expect("save");
+        }
+        assert_eq!(
+            (verdict(7, old), verdict(8, old), verdict(9, old)),
+            (Some(true), Some(true), Some(false))
+        );
+        assert_eq!(verdict(0, old), Some(false), "no key, no verdict");
+        assert_eq!(
+            verdict(7, (1_000, 6)),
+            None,
+            "another ctime: no listing at all"
+        );
+        // A third key: the oldest (7) gives way.
+        let mut c = ListingCache::open(t.path(), proj);
+        let (got, _) = c.peek(ino, old, true, 9).expect("cached");
+        c.keep(ino, old, &got, 9, false);
+        c.save().expect("save");
+        assert_eq!(
+            (verdict(7, old), verdict(8, old), verdict(9, old)),
+            (Some(false), Some(true), Some(true))
+        );
+        // The directory changed and was read again: its new listing carries no verdict.
+        let new = (1_001, 0);
+        let mut c = ListingCache::open(t.path(), proj);
+        assert!(c.get(ino, new, true).is_none());
+        c.put(ino, new, true, &entries(&[("a", false), (".env", false)]));
+        c.save().expect("save");
+        assert_eq!(
+            (verdict(8, new), verdict(9, new)),
+            (Some(false), Some(false))
+        );
     }
 
     #[test]

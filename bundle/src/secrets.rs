@@ -445,7 +445,8 @@ fn listing(d: &Dir, cache: &mut ListingCache) -> std::io::Result<(Listing, bool)
 /// directories of a source tree are. Returned: its identity, ctime, listing and number of
 /// entries. It is checked again after the walk like every trusted directory
 /// ([`Visited::unchanged`]), so a change since the `statx` repeats the walk as a change since
-/// an `open` would.
+/// an `open` would. When a walk with the same `key` ([`leaf_key`]) recorded this very listing
+/// as a leaf, its names are not matched again.
 ///
 /// A leaf costs one system call this way instead of three (`openat`, `statx`, `close`); a
 /// directory that turns out not to be one pays one `statx` more. On the bench's 10,000-file
@@ -509,13 +510,25 @@ fn cached_leaf(
 
 /// The key under which a walk records the leaves it found ([`LeafKey`]): what decides whether
 /// a listing is a leaf for it, i.e. its name patterns, exactly as written and in order (a
-/// name pattern's matcher depends on its text alone), whether it looks for `.git`, and the
-/// version of the rule (bumped when [`descends`] or the check in [`cached_leaf`] changes).
+/// name pattern's matcher depends on its text alone), whether it looks for `.git`, the
+/// directories it does not descend into ([`SCAN_SKIP`]), and the code that matches: the
+/// identity of the running vetto binary (device, inode, size, mtime and ctime of
+/// `/proc/self/exe`), so that an upgrade whose globs or rules match more names judges every
+/// name again. 0 (nothing recorded or reused) when the binary cannot be identified.
 fn leaf_key(names: &[(&NameMatch, &Sourced<String>)], find_git: bool) -> LeafKey {
     use sha2::{Digest, Sha256};
+    let Some(exe) = binary_identity() else {
+        return 0;
+    };
     let mut h = Sha256::new();
     h.update(b"vetto leaf rule 1\0");
+    h.update(exe);
     h.update([u8::from(find_git)]);
+    for skip in SCAN_SKIP {
+        h.update((skip.len() as u64).to_le_bytes());
+        h.update(skip.as_bytes());
+    }
+    h.update((names.len() as u64).to_le_bytes());
     for (_, s) in names {
         h.update((s.value.len() as u64).to_le_bytes());
         h.update(s.value.as_bytes());
@@ -525,6 +538,29 @@ fn leaf_key(names: &[(&NameMatch, &Sourced<String>)], find_git: bool) -> LeafKey
     k.copy_from_slice(&d[..16]);
     // 0 means "no key"; a digest whose first 128 bits are 0 is not seen in practice.
     LeafKey::from_le_bytes(k).max(1)
+}
+
+/// The running binary, as (device, inode, size, mtime, ctime) of `/proc/self/exe`, once per
+/// process: a rebuilt or reinstalled vetto differs.
+fn binary_identity() -> Option<[u8; 48]> {
+    static ID: std::sync::OnceLock<Option<[u8; 48]>> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata("/proc/self/exe").ok()?;
+        let mut b = [0u8; 48];
+        let fields = [
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime() as u64,
+            m.mtime_nsec() as u64,
+            m.ctime() as u64,
+        ];
+        for (i, v) in fields.iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        Some(b)
+    })
 }
 
 /// What the walk knows a directory by, from its `statx`: (device, inode), ctime, and whether
@@ -1157,6 +1193,16 @@ mod tests {
         let third = walk();
         assert_eq!((&third.0, &third.1, third.2), (&cold.0, &cold.1, 3));
         assert_eq!(third.5, 3, "the leaves' names were not matched again");
+        // Whether `.git` is looked for is part of the key: the same patterns without it take
+        // no verdict (a leaf for it may hold a `.git`: repo is one of its four leaves). Not
+        // saved, so the verdicts of the walks below stay as they were.
+        let mut c = ListingCache::open_with_horizon(&state, &proj, later);
+        scan_project_cached(&refs, &root, &proj, false, &mut c).expect("scan");
+        assert_eq!(
+            (c.unopened, c.leaf_verdicts),
+            (4, 0),
+            "judged afresh without .git"
+        );
         // The after-session walk (no patterns, `.git` only) records its own verdicts beside
         // the first walk's, which stay usable: each listing keeps the last two keys.
         let git_only = walk_with(&[]);
