@@ -187,6 +187,9 @@ done
 
 echo
 echo "== review mode: vetto changes apply of 10,000 changed files (the tree above; one run, root)"
+# The sandbox writes as its caller, mapped alone into its user namespace: root's sandbox cannot
+# write files owned by nobody (an unmapped owner), so the tree becomes root's own first.
+chown -R 0:0 "$BIG"
 id=$(cd "$BIG" && "$work/bin/vetto" run --no-user-policy --project-access review -- python3 -c '
 import os
 for d, _, fs in os.walk("."):
