@@ -489,17 +489,20 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
     f.own(&f.proj);
     std::thread::sleep(Duration::from_millis(2_300));
     let debug = [("RUST_LOG", "vetto=debug"), ("NO_COLOR", "1")];
-    let reused = |o: &std::process::Output| -> usize {
+    // A count from the walk's debug record ("project walk: directory listings reused=N ...").
+    let walk_count = |o: &std::process::Output, field: &str| -> usize {
         let e = err(o);
         let at = e
-            .find("reused=")
-            .unwrap_or_else(|| panic!("no walk record: {e}"));
-        e[at + 7..]
+            .find(&format!(" {field}="))
+            .unwrap_or_else(|| panic!("no walk record with {field}: {e}"));
+        e[at + field.len() + 2..]
             .split(|c: char| !c.is_ascii_digit())
             .next()
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     };
+    let reused = |o: &std::process::Output| walk_count(o, "reused");
+    let verdicts = |o: &std::process::Output| walk_count(o, "leaf_verdicts");
     let check = |tier: &str, when: &str| {
         let o = f.run_env(
             &["--tier", tier],
@@ -523,17 +526,6 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
             "{tier}: no listing was reused: {}",
             err(&o)
         );
-    };
-    let verdicts = |o: &std::process::Output| -> usize {
-        let e = err(o);
-        let at = e
-            .find("leaf_verdicts=")
-            .unwrap_or_else(|| panic!("no walk record: {e}"));
-        e[at + 14..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
     };
     for tier in ["full", "fs-only"] {
         // The first run caches the listings, the second records which are leaves for these
