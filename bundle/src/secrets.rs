@@ -442,8 +442,7 @@ fn listing(d: &Dir, cache: &mut ListingCache) -> std::io::Result<(Listing, bool)
 /// ctime may stand for ([`ListingCache::trusted`]), and that listing holds nothing the walk
 /// would look at: no name a pattern in `names` matches, no `.git` when `find_git`, and no
 /// directory to descend into. That is a leaf of the tree as the walk last saw it, and most
-/// directories of a source tree are. Returned: its identity, ctime, listing and number of
-/// entries. It is checked again after the walk like every trusted directory
+/// directories of a source tree are. Returned: its identity, ctime and listing. It is checked again after the walk like every trusted directory
 /// ([`Visited::unchanged`]), so a change since the `statx` repeats the walk as a change since
 /// an `open` would. When a walk with the same `key` ([`leaf_key`]) recorded this very listing
 /// as a leaf, its names are not matched again.
@@ -460,7 +459,7 @@ fn cached_leaf(
     names: &[(&NameMatch, &Sourced<String>)],
     find_git: bool,
     key: LeafKey,
-) -> Option<((u64, u64), Stamp, Listing, usize)> {
+) -> Option<((u64, u64), Stamp, Listing)> {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
     if !cache.may_hit() {
@@ -491,7 +490,7 @@ fn cached_leaf(
     // The parent's descriptor answers for the file system both are on.
     let trusted = cache.trusted(ino.0, parent.fd.as_raw_fd(), encrypted, ctime);
     let (listed, verdict) = cache.peek(ino, ctime, trusted, key)?;
-    // A walk with the same patterns found this very listing a leaf: the names need not be
+    // A walk with the same key found this very listing a leaf: the names need not be
     // matched again (the verdict is a function of the listing and the key alone).
     if !verdict {
         for (entry, is_dir) in listed.iter() {
@@ -504,8 +503,7 @@ fn cached_leaf(
         }
     }
     cache.keep(ino, ctime, &listed, key, verdict);
-    let n = listed.len();
-    Some((ino, ctime, listed, n))
+    Some((ino, ctime, listed))
 }
 
 /// The key under which a walk records the leaves it found ([`LeafKey`]): what decides whether
@@ -797,7 +795,12 @@ fn scan_attempt(
             reason: e.to_string(),
         };
         let root = Dir::open_path(project).map_err(|e| err(project, e))?;
-        let key = leaf_key(&names, find_git);
+        // Only a cache that can hit takes or records verdicts (no digest, no stat of the
+        // binary for a cold walk or one without a cache).
+        let key = match cache.may_hit() {
+            true => leaf_key(&names, find_git),
+            false => 0,
+        };
         // Depth first, holding one descriptor per level: each directory is opened relative to
         // the descriptor of the one it was listed in, never by a path that a rename could
         // redirect, and its inode is recorded with the entries read from that descriptor (a
@@ -866,10 +869,10 @@ fn scan_attempt(
             if descend {
                 // A directory known unchanged whose listing holds nothing to look at is not
                 // opened: see [`cached_leaf`]. Its entries count against the budget.
-                if let Some((ino, ctime, listed, n)) =
+                if let Some((ino, ctime, listed)) =
                     cached_leaf(fd, name, cache, &names, find_git, key)
                 {
-                    budget = budget.checked_sub(n).ok_or_else(over_budget)?;
+                    budget = budget.checked_sub(listed.len()).ok_or_else(over_budget)?;
                     visited.push(Visited {
                         path,
                         ino,
