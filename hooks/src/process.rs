@@ -364,6 +364,72 @@ pub fn set_capabilities(target: &CapSets) -> Result<(), ProcessError> {
     Ok(())
 }
 
+/// The page-aligned ranges of the main program's executable, non-writable `PT_LOAD` segments,
+/// from its program headers (`AT_PHDR`, `AT_PHNUM`; the load bias from `PT_PHDR`). Rounded
+/// inwards, so no range covers a page that another segment shares. Empty when the headers
+/// cannot be read this way (a program without `PT_PHDR`).
+pub fn program_code_ranges() -> Vec<(usize, usize)> {
+    // SAFETY: getauxval reads the auxiliary vector the kernel gave the process.
+    let (phdr, phnum) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR) as usize,
+            libc::getauxval(libc::AT_PHNUM) as usize,
+        )
+    };
+    if phdr == 0 || phnum == 0 {
+        return vec![];
+    }
+    // SAFETY: AT_PHDR and AT_PHNUM describe the main program's program headers, which the
+    // kernel mapped with the program and which stay mapped, unchanged, for its lifetime.
+    let headers = unsafe { std::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum) };
+    let Some(bias) = headers
+        .iter()
+        .find(|h| h.p_type == libc::PT_PHDR)
+        .and_then(|h| phdr.checked_sub(h.p_vaddr as usize))
+    else {
+        return vec![];
+    };
+    // SAFETY: sysconf has no memory arguments.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    headers
+        .iter()
+        .filter(|h| {
+            h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0 && h.p_flags & libc::PF_W == 0
+        })
+        .filter_map(|h| {
+            let start = bias.checked_add(h.p_vaddr as usize)?;
+            let end = start.checked_add(h.p_memsz as usize)?;
+            let (start, end) = (
+                start.checked_add(page - 1)? / page * page,
+                end / page * page,
+            );
+            (end > start).then_some((start, end - start))
+        })
+        .collect()
+}
+
+/// Drop this process's page-table entries for the main program's code (see
+/// [`program_code_ranges`]): `madvise(MADV_DONTNEED)` on a read-only private file mapping
+/// only unmaps pages, which fault back in from the same file when run again. PID 1 calls it
+/// once the command is forked: the set-up mapped megabytes of the image that PID 1 never runs
+/// again, and unmapping them is most of what its exit costs, on the session's exit path (the
+/// supervisor waits for that exit). Done here, it overlaps the command's start instead.
+/// Returns the bytes dropped.
+pub fn drop_code_mappings() -> Result<usize, ProcessError> {
+    let mut dropped = 0;
+    for (start, len) in program_code_ranges() {
+        // SAFETY: the range lies within the main program's executable, non-writable load
+        // segment (page-aligned inwards): a private file mapping with no private changes, so
+        // MADV_DONTNEED only discards page-table entries and later accesses refault the
+        // same bytes from the file. No Rust reference points into code.
+        if unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
+            return Err(sys("madvise"));
+        }
+        dropped += len;
+    }
+    Ok(dropped)
+}
+
 /// Closes every file descriptor above 2 except `keep` (`close_range` between them).
 pub fn close_all_but(keep: &[libc::c_int]) -> Result<(), ProcessError> {
     let mut keep: Vec<libc::c_uint> = keep
@@ -571,6 +637,90 @@ mod tests {
 
     use super::*;
     use crate::testutil::{errno, in_child};
+
+    /// The permissions and Rss in kB of the mapping that holds `addr`, from `smaps` text.
+    fn mapping_rss(smaps: &str, addr: usize) -> Result<(String, u64), String> {
+        let mut found: Option<String> = None;
+        for line in smaps.lines() {
+            let mut f = line.split_whitespace();
+            let first = f.next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    found = (a <= addr && addr < b).then(|| f.next().unwrap_or("").to_string());
+                    continue;
+                }
+            }
+            if let (Some(perms), Some(kb)) = (&found, line.strip_prefix("Rss:")) {
+                let kb = kb.trim().trim_end_matches("kB").trim();
+                return Ok((perms.clone(), kb.parse().map_err(|_| format!("Rss {kb}"))?));
+            }
+        }
+        Err(format!("no mapping holds {addr:#x}"))
+    }
+
+    /// `/proc/self/smaps` read with `pread` into a buffer allocated beforehand, so that little
+    /// code runs between the call before it and the kernel's count.
+    fn smaps_now(fd: &std::fs::File, buf: &mut [u8]) -> Result<String, String> {
+        let mut n = 0;
+        loop {
+            // SAFETY: reading into the unused tail of a buffer we own.
+            let r = unsafe {
+                libc::pread(
+                    fd.as_raw_fd(),
+                    buf[n..].as_mut_ptr().cast(),
+                    buf.len() - n,
+                    n as libc::off_t,
+                )
+            };
+            if r <= 0 || n + r as usize == buf.len() {
+                break;
+            }
+            n += r as usize;
+        }
+        String::from_utf8(buf[..n].to_vec()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn dropping_the_code_mappings_unmaps_the_programs_code_which_still_runs() {
+        in_child(|| {
+            let ranges = program_code_ranges();
+            let here = program_code_ranges as *const () as usize;
+            if !ranges.iter().any(|&(s, l)| s <= here && here < s + l) {
+                return Err(format!("{here:#x} is in none of {ranges:x?}"));
+            }
+            let smaps_text =
+                std::fs::read_to_string("/proc/self/smaps").map_err(|e| e.to_string())?;
+            for &(s, l) in &ranges {
+                // Each range starts and ends in a private, executable, read-only mapping.
+                for a in [s, s + l - 1] {
+                    let (perms, _) = mapping_rss(&smaps_text, a)?;
+                    if perms != "r-xp" {
+                        return Err(format!("{a:#x} is in a {perms} mapping"));
+                    }
+                }
+            }
+            let smaps = std::fs::File::open("/proc/self/smaps").map_err(|e| e.to_string())?;
+            let mut buf = vec![0u8; 4 << 20];
+            let (_, before) = mapping_rss(&smaps_now(&smaps, &mut buf)?, here)?;
+            let dropped = drop_code_mappings().map_err(|e| e.to_string())?;
+            let text = smaps_now(&smaps, &mut buf)?;
+            let (_, after) = mapping_rss(&text, here)?;
+            // Without the drop the count could only grow between the two reads. What is mapped
+            // again is what ran since (the return and the read; in a debug build each small
+            // library function called is a fault-around window of its own).
+            if dropped == 0 || after >= before {
+                return Err(format!(
+                    "dropped {dropped} bytes: Rss {before} kB before, {after} kB after"
+                ));
+            }
+            // The code runs again (it faulted back in) and finds the same ranges.
+            if program_code_ranges() != ranges {
+                return Err("the ranges changed".into());
+            }
+            Ok(())
+        });
+    }
 
     fn status_line(name: &str) -> Result<String, String> {
         let s = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
