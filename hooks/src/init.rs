@@ -176,8 +176,9 @@ pub fn run(h: &Hardening, cfg: &InitConfig) -> Result<Infallible, InitError> {
     let mut keep = vec![0, 1, 2, sfd.as_raw_fd()];
     keep.extend(status_fd);
     let _ = process::close_all_but(&keep);
-    // Likewise PID 1's mappings of the vetto image's code that the set-up ran (megabytes,
-    // never run again): unmapping them was most of PID 1's exit (best effort as above).
+    // Likewise PID 1's mappings of the vetto image's code that the set-up ran (megabytes, of
+    // which the loop below faults back in the few pages it runs): unmapping them was most of
+    // PID 1's exit (best effort as above).
     let _ = process::drop_code_mappings();
     reap_loop(sfd.as_raw_fd(), child, status_fd)
 }

@@ -367,7 +367,8 @@ pub fn set_capabilities(target: &CapSets) -> Result<(), ProcessError> {
 /// The page-aligned ranges of the main program's executable, non-writable `PT_LOAD` segments,
 /// from its program headers (`AT_PHDR`, `AT_PHNUM`; the load bias from `PT_PHDR`). Rounded
 /// inwards, so no range covers a page that another segment shares. Empty when the headers
-/// cannot be read this way (a program without `PT_PHDR`).
+/// cannot be read this way (a program without `PT_PHDR`), or when the program has text
+/// relocations (`DT_TEXTREL`, `DF_TEXTREL`): then its code pages hold private changes.
 pub fn program_code_ranges() -> Vec<(usize, usize)> {
     // SAFETY: getauxval reads the auxiliary vector the kernel gave the process.
     let (phdr, phnum) = unsafe {
@@ -389,6 +390,9 @@ pub fn program_code_ranges() -> Vec<(usize, usize)> {
     else {
         return vec![];
     };
+    if has_text_relocations(headers, bias) {
+        return vec![];
+    }
     // SAFETY: sysconf has no memory arguments.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
     headers
@@ -408,6 +412,40 @@ pub fn program_code_ranges() -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// Does the program's dynamic section ask for text relocations (the loader writes into its
+/// code pages, which then are private copies)? `true` when it cannot be read.
+fn has_text_relocations(headers: &[libc::Elf64_Phdr], bias: usize) -> bool {
+    /// An `Elf64_Dyn`: tag and value.
+    #[repr(C)]
+    struct Dyn {
+        tag: i64,
+        val: u64,
+    }
+    const DT_NULL: i64 = 0;
+    const DT_TEXTREL: i64 = 22;
+    const DT_FLAGS: i64 = 30;
+    const DF_TEXTREL: u64 = 0x4;
+    let Some(dynamic) = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC) else {
+        // A static program: nothing relocates its code at run time.
+        return false;
+    };
+    let Some(addr) = bias.checked_add(dynamic.p_vaddr as usize) else {
+        return true;
+    };
+    let n = dynamic.p_memsz as usize / std::mem::size_of::<Dyn>();
+    if addr == 0 || addr % std::mem::align_of::<Dyn>() != 0 {
+        return true;
+    }
+    // SAFETY: PT_DYNAMIC lies within a loaded segment of the program (the loader read it
+    // there to link us), aligned as checked; its `p_memsz` bytes stay mapped for the
+    // program's lifetime and are only read here.
+    let entries = unsafe { std::slice::from_raw_parts(addr as *const Dyn, n) };
+    entries
+        .iter()
+        .take_while(|d| d.tag != DT_NULL)
+        .any(|d| d.tag == DT_TEXTREL || (d.tag == DT_FLAGS && d.val & DF_TEXTREL != 0))
+}
+
 /// Drop this process's page-table entries for the main program's code (see
 /// [`program_code_ranges`]): `madvise(MADV_DONTNEED)` on a read-only private file mapping
 /// only unmaps pages, which fault back in from the same file when run again. PID 1 calls it
@@ -419,9 +457,11 @@ pub fn drop_code_mappings() -> Result<usize, ProcessError> {
     let mut dropped = 0;
     for (start, len) in program_code_ranges() {
         // SAFETY: the range lies within the main program's executable, non-writable load
-        // segment (page-aligned inwards): a private file mapping with no private changes, so
-        // MADV_DONTNEED only discards page-table entries and later accesses refault the
-        // same bytes from the file. No Rust reference points into code.
+        // segment (page-aligned inwards), in a program without text relocations: a private
+        // file mapping whose pages hold no private changes (a debugger's breakpoint would be
+        // one, and would be lost: harmless), so MADV_DONTNEED only discards page-table
+        // entries and later accesses fault the same bytes in again from the file the mapping
+        // holds open.
         if unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
             return Err(sys("madvise"));
         }
@@ -673,12 +713,40 @@ mod tests {
                     n as libc::off_t,
                 )
             };
-            if r <= 0 || n + r as usize == buf.len() {
+            if r <= 0 {
                 break;
             }
             n += r as usize;
+            if n == buf.len() {
+                return Err("smaps does not fit the buffer".into());
+            }
         }
         String::from_utf8(buf[..n].to_vec()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn text_relocations_are_found_in_a_dynamic_section() {
+        let section = |entries: &[[u64; 2]]| -> bool {
+            let dynamic = libc::Elf64_Phdr {
+                p_type: libc::PT_DYNAMIC,
+                p_flags: 0,
+                p_offset: 0,
+                p_vaddr: entries.as_ptr() as u64,
+                p_paddr: 0,
+                p_filesz: std::mem::size_of_val(entries) as u64,
+                p_memsz: std::mem::size_of_val(entries) as u64,
+                p_align: 8,
+            };
+            has_text_relocations(&[dynamic], 0)
+        };
+        // DT_NEEDED, DT_FLAGS with BIND_NOW only, DT_NULL.
+        assert!(!section(&[[1, 0], [30, 0x8], [0, 0]]));
+        assert!(section(&[[1, 0], [22, 0], [0, 0]]), "DT_TEXTREL");
+        assert!(section(&[[30, 0x8 | 0x4], [0, 0]]), "DF_TEXTREL");
+        // After DT_NULL nothing counts.
+        assert!(!section(&[[0, 0], [22, 0]]));
+        // This test program has none, and its code ranges are found.
+        assert!(!program_code_ranges().is_empty());
     }
 
     #[test]

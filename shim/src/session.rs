@@ -119,9 +119,10 @@ impl Drop for Session {
 
 /// Remove `path` and everything under it, as `fs::remove_dir_all` does: a symlink is removed,
 /// never followed; a directory is opened `O_NOFOLLOW` and its entries are removed through that
-/// descriptor. But an empty directory costs one `rmdir` here, where `remove_dir_all` opens,
-/// inspects, lists and closes it first (nine system calls): a session's bundle holds a dozen
-/// empty mount points, and this runs on every session's exit path (issue 18).
+/// descriptor; an entry that vanished meanwhile is not an error (only `path` itself missing
+/// is: `NotFound`). But an empty directory costs one `rmdir` here, where `remove_dir_all`
+/// opens, inspects, lists and closes it first (eight system calls): a session's bundle holds
+/// a dozen empty mount points, and this runs on every session's exit path (issue 18).
 pub(crate) fn remove_tree(path: &Path) -> std::io::Result<()> {
     remove_at(None, path)
 }
@@ -140,7 +141,14 @@ fn remove_at<P: ?Sized + nix::NixPath>(dir: Option<RawFd>, name: &P) -> std::io:
         Err(e) => return Err(e.into()),
     }
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let mut d = Dir::openat(dir, name, flags, nix::sys::stat::Mode::empty())?;
+    let mut d = match Dir::openat(dir, name, flags, nix::sys::stat::Mode::empty()) {
+        Ok(d) => d,
+        // Replaced by a file or symlink since the rmdir: that entry itself.
+        Err(Errno::ENOTDIR | Errno::ELOOP) => {
+            return Ok(unlinkat(dir, name, UnlinkatFlags::NoRemoveDir)?)
+        }
+        Err(e) => return Err(e.into()),
+    };
     let fd = d.as_raw_fd();
     let mut subdirs = vec![];
     for e in d.iter() {
@@ -154,14 +162,17 @@ fn remove_at<P: ?Sized + nix::NixPath>(dir: Option<RawFd>, name: &P) -> std::io:
             continue;
         }
         match unlinkat(Some(fd), n, UnlinkatFlags::NoRemoveDir) {
-            Ok(()) => {}
+            Ok(()) | Err(Errno::ENOENT) => {}
             // The listing did not say it was one.
             Err(Errno::EISDIR) => subdirs.push(n.to_owned()),
             Err(e) => return Err(e.into()),
         }
     }
     for n in &subdirs {
-        remove_at(Some(fd), n.as_c_str())?;
+        match remove_at(Some(fd), n.as_c_str()) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            r => r?,
+        }
     }
     drop(d);
     Ok(unlinkat(dir, name, UnlinkatFlags::RemoveDir)?)
