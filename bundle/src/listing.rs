@@ -19,8 +19,7 @@
 //! same listing (same inode, same ctime) instead of matching every name again; any other walk
 //! (other patterns, another vetto build) judges the names itself. Every matched entry is still
 //! `fstatat`ed and resolved then. The cache lives in vetto's audit state directory, out of
-//! every sandbox's reach; a missing, unreadable or
-//! malformed file is an empty cache.
+//! every sandbox's reach; a missing, unreadable or malformed file is an empty cache.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};

@@ -442,10 +442,11 @@ fn listing(d: &Dir, cache: &mut ListingCache) -> std::io::Result<(Listing, bool)
 /// ctime may stand for ([`ListingCache::trusted`]), and that listing holds nothing the walk
 /// would look at: no name a pattern in `names` matches, no `.git` when `find_git`, and no
 /// directory to descend into. That is a leaf of the tree as the walk last saw it, and most
-/// directories of a source tree are. Returned: its identity, ctime and listing. It is checked again after the walk like every trusted directory
-/// ([`Visited::unchanged`]), so a change since the `statx` repeats the walk as a change since
-/// an `open` would. When a walk with the same `key` ([`leaf_key`]) recorded this very listing
-/// as a leaf, its names are not matched again.
+/// directories of a source tree are. Returned: its identity, ctime and listing. It is checked
+/// again after the walk like every trusted directory ([`Visited::unchanged`]), so a change
+/// since the `statx` repeats the walk as a change since an `open` would. When a walk with the
+/// same `key` ([`leaf_key`]) recorded this very listing as a leaf, its names are not matched
+/// again.
 ///
 /// A leaf costs one system call this way instead of three (`openat`, `statx`, `close`); a
 /// directory that turns out not to be one pays one `statx` more. On the bench's 10,000-file
