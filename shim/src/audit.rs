@@ -131,14 +131,19 @@ pub fn layers(p: &Policy) -> Vec<String> {
     out
 }
 
-/// A session being recorded.
-pub struct Live {
+pub mod writer;
+pub use writer::{spawn, Ending, Live, Pending};
+
+/// A session being recorded, in this process: the audit writer's (see [`writer`]).
+pub(crate) struct Local {
     rec: Recorder,
     started: Instant,
+    /// What to show on stderr with the end (limits that could not be recorded).
+    notes: String,
 }
 
 /// Open the store and record `session_start`. Fails (closed) if it cannot be recorded.
-pub fn begin(cfg: &AuditConfig, session: &str, start: SessionStart) -> Result<Live> {
+pub(crate) fn begin_local(cfg: &AuditConfig, session: &str, start: SessionStart) -> Result<Local> {
     let mut rec = Recorder::open(cfg, session).map_err(|e| anyhow!(error_chain(&e)))?;
     let stored = rec
         .record(EventKind::SessionStart(start))
@@ -149,22 +154,25 @@ pub fn begin(cfg: &AuditConfig, session: &str, start: SessionStart) -> Result<Li
         otlp::start_cursor(rec.store(), url, stored.event.seq.saturating_sub(1))
             .map_err(|e| anyhow!("audit.otlp: {}", error_chain(&e)))?;
     }
-    Ok(Live {
+    Ok(Local {
         rec,
         started: Instant::now(),
+        notes: String::new(),
     })
 }
 
-impl Live {
+impl Local {
     /// Record a limit that was reached (a failure is reported, not fatal: the session is over).
     pub fn limit(&mut self, l: Limit) {
         if let Err(e) = self.rec.record(EventKind::Limit(l)) {
-            eprintln!("vetto: audit: {}", error_chain(&e));
+            self.notes
+                .push_str(&format!("vetto: audit: {}\n", error_chain(&e)));
         }
     }
 
-    /// Record `session_end` with a signed checkpoint, export, and write the report and summary.
-    /// Returns false if the end could not be recorded.
+    /// Record `session_end` with a signed checkpoint, export, and write the report. Returns
+    /// whether the end was recorded, and what to show on stderr (problems, the summary): the
+    /// supervisor prints it, in its own order.
     pub fn end(
         mut self,
         status: Option<i32>,
@@ -173,7 +181,9 @@ impl Live {
         control: Option<String>,
         report: Option<&Path>,
         summary: bool,
-    ) -> bool {
+    ) -> (bool, String) {
+        use std::fmt::Write as _;
+        let mut out = std::mem::take(&mut self.notes);
         let end = SessionEnd {
             status,
             signal,
@@ -186,10 +196,12 @@ impl Live {
             .rec
             .record_batch(vec![(now_ms(), EventKind::SessionEnd(end))], true)
         {
-            eprintln!(
+            writeln!(
+                out,
                 "vetto: audit: the session's end could not be recorded: {}",
                 error_chain(&e)
-            );
+            )
+            .ok();
             ok = false;
         }
         if let Some(url) = self.rec.config().otlp.clone() {
@@ -200,13 +212,15 @@ impl Live {
                 ..otlp::Options::default()
             };
             match otlp::export_pending(self.rec.store(), &url, &opts) {
-                Ok(x) if x.pending > 0 => eprintln!(
+                Ok(x) if x.pending > 0 => writeln!(
+                    out,
                     "vetto: audit: the OTLP collector at {url} did not take {} event(s) yet; they wait in the store (`vetto audit export --otlp {url}` sends them)",
                     x.pending
                 ),
-                Ok(_) => {}
-                Err(e) => eprintln!("vetto: audit: OTLP export to {url}: {}", error_chain(&e)),
+                Ok(_) => Ok(()),
+                Err(e) => writeln!(out, "vetto: audit: OTLP export to {url}: {}", error_chain(&e)),
             }
+            .ok();
         }
         if report.is_some() || summary {
             match self.rec.session_events() {
@@ -214,20 +228,24 @@ impl Live {
                     let r = Report::from_records(self.rec.session(), &events);
                     if let Some(path) = report {
                         if let Err(e) = write_report(path, &r) {
-                            eprintln!("vetto: --report {}: {e:#}", path.display());
+                            writeln!(out, "vetto: --report {}: {e:#}", path.display()).ok();
                         }
                     }
                     if summary {
-                        eprint!("{}", r.summary());
+                        out.push_str(&r.summary());
                     }
                 }
-                Err(e) => eprintln!(
-                    "vetto: audit: reading the session back: {}",
-                    error_chain(&e)
-                ),
+                Err(e) => {
+                    writeln!(
+                        out,
+                        "vetto: audit: reading the session back: {}",
+                        error_chain(&e)
+                    )
+                    .ok();
+                }
             }
         }
-        ok
+        (ok, out)
     }
 }
 

@@ -409,7 +409,7 @@ fn children() -> Vec<libc::pid_t> {
 /// must be unreaped, so the number is still the group's) but `spare` (the broker, stopped on
 /// its own so it records the connections still open): orphans are reparented to this
 /// subreaper, so repeat until there is no other child left.
-fn kill_all(pgid: Option<libc::pid_t>, spare: Option<libc::pid_t>) {
+fn kill_all(pgid: Option<libc::pid_t>, spare: &[libc::pid_t]) {
     if let Some(g) = pgid {
         // SAFETY: signalling the command's process group, once, before anything is reaped
         // (the kernel signals every member at once; a killed member forks no more).
@@ -418,7 +418,7 @@ fn kill_all(pgid: Option<libc::pid_t>, spare: Option<libc::pid_t>) {
     loop {
         let kids: Vec<libc::pid_t> = children()
             .into_iter()
-            .filter(|p| Some(*p) != spare)
+            .filter(|p| !spare.contains(p))
             .collect();
         if kids.is_empty() {
             return;
@@ -443,14 +443,14 @@ enum Outcome {
     WallClock,
 }
 
-/// Wait for the command, forwarding signals and reaping orphans; `broker` (a child too) is
-/// noted in `broker_gone` if it ends first (then it must not be signalled by pid any more).
+/// Wait for the command, forwarding signals and reaping orphans; each of `ours` (the broker
+/// and the audit writer, children too) is marked gone if it ends first (then it must not be
+/// signalled or waited for by pid any more).
 fn supervise(
     child: libc::pid_t,
     sfd: RawFd,
     deadline: Option<Instant>,
-    broker: Option<libc::pid_t>,
-    broker_gone: &mut bool,
+    ours: &mut [(libc::pid_t, bool)],
 ) -> Outcome {
     let mut forwarded = false;
     loop {
@@ -516,8 +516,10 @@ fn supervise(
                 };
                 return Outcome::Exited { code, forwarded };
             }
-            if Some(pid) == broker {
-                *broker_gone = true;
+            for (o, gone) in ours.iter_mut() {
+                if *o == pid {
+                    *gone = true;
+                }
             }
             let mut st = 0;
             // SAFETY: reaping the child waitid named.
@@ -587,6 +589,31 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     };
     let session_id: String = sess.as_ref().map_or(session, |s| s.id.as_str()).to_string();
     let session: &str = &session_id;
+    // The session's audit writer opens the store and records `session_start` while the view
+    // is built; its answer is collected before the command's process is forked (see
+    // audit/writer.rs).
+    let audit_pending = match audit_cfg {
+        Some(cfg) => Some(
+            audit::spawn(
+                cfg,
+                session,
+                audit::run_start(
+                    policy,
+                    facts.landlock_abi,
+                    &args.command,
+                    &facts.project,
+                    facts.uid,
+                    "FS-ONLY",
+                ),
+                args.audit.report.as_deref(),
+                args.audit.summary,
+            )
+            .map_err(|e| {
+                e.context("audit: the session cannot be recorded, so the command does not run")
+            })?,
+        ),
+        None => None,
+    };
     let net = match broker_plan {
         Some(_) => Some(crate::fsnet::prepare(&t.plan.network.listeners)?),
         None => None,
@@ -713,16 +740,8 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     let sfd = process::block_into_signalfd(&handled, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
         .context("supervisor: signalfd")?;
 
-    let start = audit::run_start(
-        policy,
-        facts.landlock_abi,
-        &args.command,
-        &facts.project,
-        facts.uid,
-        "FS-ONLY",
-    );
-    let mut live = match audit_cfg {
-        Some(cfg) => Some(audit::begin(cfg, session, start).map_err(|e| {
+    let mut live = match audit_pending {
+        Some(p) => Some(p.started().map_err(|e| {
             e.context("audit: the session cannot be recorded, so the command does not run")
         })?),
         None => None,
@@ -762,7 +781,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
             match started {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    crate::run::end_setup_failure(live.take(), format!("{e:#}"), &args.audit);
+                    crate::run::end_setup_failure(live.take(), format!("{e:#}"));
                     return Err(e);
                 }
             }
@@ -791,6 +810,15 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     drop(child);
     ph.mark("container");
     let broker_pid = broker.as_ref().map(|b| b.id() as libc::pid_t);
+    let writer_pid = live.as_ref().map(|l| l.pid());
+    // Our own children beside the sandbox (spared by kill_all), and whether `supervise`
+    // reaped them.
+    let mut ours: Vec<(libc::pid_t, bool)> = broker_pid
+        .into_iter()
+        .chain(writer_pid)
+        .map(|p| (p, false))
+        .collect();
+    let spare: Vec<libc::pid_t> = ours.iter().map(|(p, _)| *p).collect();
     // The sandbox's connect() listener, sent before its command runs; then answered here.
     let mut net_failed: Option<anyhow::Error> = None;
     if let Some(n) = net.take() {
@@ -807,20 +835,19 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
                 Ok(l) => crate::fsnet::serve(l, routes, peers_w),
                 Err(e) => {
                     net_failed = Some(e);
-                    kill_all(Some(pid), broker_pid);
+                    kill_all(Some(pid), &spare);
                 }
             }
         }
     }
     if pid < 0 {
-        crate::run::end_setup_failure(live.take(), format!("fork: {fork_err}"), &args.audit);
+        crate::run::end_setup_failure(live.take(), format!("fork: {fork_err}"));
         bail!("fork: {fork_err}");
     }
     let deadline = t
         .plan
         .wall_clock_secs
         .map(|s| Instant::now() + Duration::from_secs(s));
-    let mut broker_gone = false;
     let net_ok = net_failed.is_none();
     // A sandbox that never sent its listener was killed and reaped above: nothing to wait for.
     let status = match net_failed {
@@ -828,11 +855,19 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
             code: 125,
             forwarded: false,
         },
-        None => supervise(pid, sfd.as_raw_fd(), deadline, broker_pid, &mut broker_gone),
+        None => supervise(pid, sfd.as_raw_fd(), deadline, &mut ours),
     };
-    // A broker reaped by `supervise` is no longer ours to spare: its pid may be reused. The
-    // command's group only while its leader is unreaped (see `supervise`).
-    kill_all(net_ok.then_some(pid), broker_pid.filter(|_| !broker_gone));
+    let gone = |p: Option<libc::pid_t>| ours.iter().any(|(o, g)| Some(*o) == p && *g);
+    let broker_gone = gone(broker_pid);
+    if gone(writer_pid) {
+        if let Some(l) = live.as_mut() {
+            l.reaped_elsewhere();
+        }
+    }
+    // A broker or writer reaped by `supervise` is no longer ours to spare: its pid may be
+    // reused. The command's group only while its leader is unreaped (see `supervise`).
+    let spare: Vec<libc::pid_t> = ours.iter().filter(|(_, g)| !g).map(|(p, _)| *p).collect();
+    kill_all(net_ok.then_some(pid), &spare);
     if tty {
         // SAFETY: integer-only calls: take the terminal back for our own group (SIGTTOU
         // ignored for the call, as a background group must).
@@ -849,7 +884,6 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         crate::sidecar::stop(b);
     }
     ph.mark("session");
-    drop(sess);
     let msg = read_all(err_r.as_raw_fd());
     // The command's own report of a failed setup comes first; else the supervisor's.
     let (status, msg) = match net_failed {
@@ -866,21 +900,6 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         ),
         None => (status, msg),
     };
-    drop(tmp);
-    drop(meta);
-    let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
-        .then_some((facts.git_metadata.as_slice(), listings));
-    crate::handoff::check(
-        &t.handoff_watch,
-        &t.handoff_links,
-        known_git,
-        t.handoff,
-        &facts.project,
-        &facts.home,
-        session,
-    );
-    ph.mark("teardown");
-
     if let Some(l) = live.as_mut() {
         crate::run::record_limits(
             l,
@@ -906,16 +925,29 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         ),
         Outcome::Exited { code, .. } => (*code, EndReason::Exit, None),
     };
-    if let Some(l) = live {
+    // The writer records the end while the session is torn down; its answer (and the
+    // summary) is collected once that is done.
+    let ending = live.map(|l| {
         let signal = (code > 128 && reason != EndReason::SetupFailure).then_some(code - 128);
-        l.end(
-            Some(code),
-            signal,
-            reason,
-            control,
-            args.audit.report.as_deref(),
-            args.audit.summary,
-        );
+        l.finish(Some(code), signal, reason, control)
+    });
+    drop(sess);
+    drop(tmp);
+    drop(meta);
+    let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
+        .then_some((facts.git_metadata.as_slice(), listings));
+    crate::handoff::check(
+        &t.handoff_watch,
+        &t.handoff_links,
+        known_git,
+        t.handoff,
+        &facts.project,
+        &facts.home,
+        session,
+    );
+    ph.mark("teardown");
+    if let Some(e) = ending {
+        e.wait();
         ph.mark("audit end");
     }
     match status {

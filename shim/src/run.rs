@@ -439,6 +439,24 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     if let Some(r) = review.as_mut() {
         r.settle();
     }
+    // The session's audit writer opens the store and records `session_start` on another CPU
+    // while the sandbox is created; its answer is collected before the command starts. It is
+    // started here, outside the user namespace and the pids cgroup (see audit/writer.rs).
+    let audit_pending = match &audit_cfg {
+        Some(cfg) => Some(
+            audit::spawn(
+                cfg,
+                &sess.id,
+                audit_start(),
+                args.audit.report.as_deref(),
+                args.audit.summary,
+            )
+            .map_err(|e| {
+                e.context("audit: the session cannot be recorded, so the command does not run")
+            })?,
+        ),
+        None => None,
+    };
     userns::enter(facts.uid, facts.gid)?;
     ph.mark("userns");
 
@@ -521,21 +539,17 @@ pub fn run(args: &RunArgs) -> Result<u8> {
                 true => e.to_string(),
                 false => format!("{e}: {msg}"),
             };
-            if let Some(cfg) = &audit_cfg {
-                end_setup_failure(
-                    audit::begin(cfg, &sess.id, audit_start()).ok(),
-                    msg.clone(),
-                    &args.audit,
-                );
+            if let Some(p) = audit_pending {
+                end_setup_failure(p.started().ok(), msg.clone());
             }
             bail!("{msg}");
         }
     };
     ph.mark("create");
-    // The record exists before the command runs; the store is opened only now, after every
-    // sandbox process was created, so none of them holds one of its descriptors.
-    let mut live = match &audit_cfg {
-        Some(cfg) => match audit::begin(cfg, &sess.id, audit_start()) {
+    // The record exists before the command runs. Only the writer opens the store, so no
+    // sandbox process holds one of its descriptors.
+    let mut live = match audit_pending {
+        Some(p) => match p.started() {
             Ok(l) => Some(l),
             Err(e) => {
                 let _ = container.delete(true);
@@ -548,7 +562,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     };
     ph.mark("audit start");
     let setup_failed = |live: Option<audit::Live>, what: &anyhow::Error| {
-        end_setup_failure(live, format!("{what:#}"), &args.audit);
+        end_setup_failure(live, format!("{what:#}"));
     };
     let master = match &console {
         Some((l, _)) => match pty::recv_master(l, Duration::from_secs(10)) {
@@ -655,25 +669,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         sidecar::stop(b);
     }
     ph.mark("session");
-    let session_id = sess.id.clone();
-    // A read-only project cannot have gained a repository, nor one under review: no walk then.
-    let known_git = (!matches!(
-        policy.project.value,
-        vetto_bundle::policy::ProjectAccess::Read | vetto_bundle::policy::ProjectAccess::Review
-    ))
-    .then_some((facts.git_metadata.as_slice(), listings));
-    crate::handoff::check(
-        &t.handoff_watch,
-        &t.handoff_links,
-        known_git,
-        t.handoff,
-        &facts.project,
-        &facts.home,
-        &session_id,
-    );
-
     let msg = read_all_nonblocking(err_r.as_raw_fd());
-    ph.mark("teardown");
     if let Some(l) = live.as_mut() {
         record_limits(
             l,
@@ -682,7 +678,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             matches!(status, Outcome::WallClock).then_some(t.plan.wall_clock_secs.unwrap_or(0)),
         );
     }
-    if let Some(l) = live {
+    // The writer records the end while the session is torn down; its answer (and the
+    // summary) is collected once that is done.
+    let ending = live.map(|l| {
         let (status, signal, reason, control) = match &status {
             Outcome::WallClock => (
                 Some(i32::from(EXIT_WALL_CLOCK)),
@@ -705,16 +703,25 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             }
             Outcome::Exited { code, .. } => (Some(*code), None, EndReason::Exit, None),
         };
-        l.end(
-            status,
-            signal,
-            reason,
-            control,
-            args.audit.report.as_deref(),
-            args.audit.summary,
-        );
-        ph.mark("audit end");
-    }
+        l.finish(status, signal, reason, control)
+    });
+    let session_id = sess.id.clone();
+    // A read-only project cannot have gained a repository, nor one under review: no walk then.
+    let known_git = (!matches!(
+        policy.project.value,
+        vetto_bundle::policy::ProjectAccess::Read | vetto_bundle::policy::ProjectAccess::Review
+    ))
+    .then_some((facts.git_metadata.as_slice(), listings));
+    crate::handoff::check(
+        &t.handoff_watch,
+        &t.handoff_links,
+        known_git,
+        t.handoff,
+        &facts.project,
+        &facts.home,
+        &session_id,
+    );
+    ph.mark("teardown");
     if init_left {
         // It has reported and is exiting; SIGKILL only hurries a PID 1 that would not.
         process::kill_and_reap(init_pid);
@@ -726,6 +733,10 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // was being torn down detached its mounts from here, in contention with the kernel.
     drop(sess);
     ph.mark("session dir");
+    if let Some(e) = ending {
+        e.wait();
+        ph.mark("audit end");
+    }
     if let Some(r) = review {
         eprint!("{}", r.finish());
     }
@@ -754,20 +765,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
 
 /// End a session's record (if it has one) as a setup failure: the command did not run, for
 /// the reason `detail`. Both tiers' supervisors call it.
-pub(crate) fn end_setup_failure(
-    live: Option<audit::Live>,
-    detail: String,
-    a: &crate::cli::AuditArgs,
-) {
+pub(crate) fn end_setup_failure(live: Option<audit::Live>, detail: String) {
     if let Some(l) = live {
-        l.end(
-            None,
-            None,
-            EndReason::SetupFailure,
-            Some(detail),
-            a.report.as_deref(),
-            a.summary,
-        );
+        l.end(None, None, EndReason::SetupFailure, Some(detail));
     }
 }
 

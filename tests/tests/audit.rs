@@ -7,7 +7,9 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vetto_integration::{both, echo_server, err, out, Fixture};
+use vetto_integration::{
+    both, echo_server, err, eventually, out, sleeping, spawn_retrying, Fixture,
+};
 
 /// The fixture's audit store directory (HOME/.local/state/vetto/audit).
 fn audit_dir(f: &Fixture) -> PathBuf {
@@ -239,6 +241,130 @@ both!(the_wall_clock_limit_is_recorded, |f| {
     let end = ev.last().expect("end");
     assert_eq!(end["reason"], "wall_clock");
     assert_eq!(end["status"].as_i64(), Some(124));
+});
+
+/// The session's audit writers (a forked process named `vetto-audit`) whose parent is `ppid`,
+/// and whether each is a zombie.
+fn writers_of(ppid: u32) -> Vec<(u32, bool)> {
+    let mut v = vec![];
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let Some((head, tail)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let mut f = tail.split(' ');
+        let (state, parent) = (f.next(), f.next().and_then(|p| p.parse::<u32>().ok()));
+        if head.ends_with("(vetto-audit") && parent == Some(ppid) {
+            v.push((pid, state == Some("Z")));
+        }
+    }
+    v
+}
+
+// The writer is in its own process group and ignores the terminal's signals: Ctrl-C (SIGINT
+// to the whole foreground group) and a group SIGTERM reach the supervisor, which forwards them
+// to the sandbox, and the session's end is still recorded, in both tiers. Without that, the signal killed
+// the writer with the command, and the end went unrecorded.
+both!(
+    a_signal_to_the_whole_process_group_still_records_the_end,
+    |f| {
+        // The root and rootless variants run at once: each has its own tags.
+        let base = 4711 + 10 * u32::from(f.uid != 0);
+        for (tier, sig, n) in [
+            ("full", libc::SIGINT, 0),
+            ("full", libc::SIGTERM, 1),
+            ("fs-only", libc::SIGINT, 2),
+            ("fs-only", libc::SIGTERM, 3),
+        ] {
+            let tag = &(base + n).to_string();
+            let mut c = f.run_command(&["--tier", tier], &["sleep", tag], &f.base_env());
+            {
+                use std::os::unix::process::CommandExt;
+                c.process_group(0);
+            }
+            let child = spawn_retrying(
+                c.stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped()),
+            );
+            assert!(eventually(10, || sleeping(tag)), "the command never ran");
+            let writers = writers_of(child.id());
+            assert_eq!(
+                writers.len(),
+                1,
+                "one audit writer per session ({tier}, vetto {}): {writers:?} {}",
+                child.id(),
+                String::from_utf8_lossy(
+                    &std::process::Command::new("ps")
+                        .args(["-eo", "pid,ppid,pgid,stat,comm,args"])
+                        .output()
+                        .map(|o| o.stdout)
+                        .unwrap_or_default()
+                )
+            );
+            // SAFETY: a signal to the process group the test just made (its leader is vetto).
+            unsafe { libc::kill(-(child.id() as i32), sig) };
+            let o = child.wait_with_output().expect("wait");
+            assert_eq!(o.status.code(), Some(128 + sig), "{}", err(&o));
+            let ev = events(f, &[]);
+            let end = ev
+                .iter()
+                .rev()
+                .find(|e| e["kind"] == "session_end")
+                .expect("a session_end");
+            assert_eq!(end["signal"].as_i64(), Some(i64::from(sig)), "{end}");
+            assert_eq!(end["status"].as_i64(), Some(i64::from(128 + sig)), "{end}");
+            // Reaped by vetto before it exited (not merely dead): nothing of the session is
+            // left.
+            let (writer, _) = writers[0];
+            assert!(
+                std::fs::read_to_string(format!("/proc/{writer}/comm"))
+                    .map_or(true, |c| c.trim() != "vetto-audit"),
+                "the writer {writer} is still there"
+            );
+        }
+        let (ok, text) = verify(f);
+        assert!(ok, "{text}");
+    }
+);
+
+// A supervisor killed outright takes its writer with it (PR_SET_PDEATHSIG): no process of
+// the session stays behind holding the store.
+both!(a_killed_supervisor_leaves_no_audit_writer, |f| {
+    // The root and rootless variants run at once: each has its own tag.
+    let tag = &(4731 + u32::from(f.uid != 0)).to_string();
+    let child = spawn_retrying(
+        f.run_command(&[], &["sleep", tag], &f.base_env())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    assert!(eventually(10, || sleeping(tag)), "the command never ran");
+    let writers = writers_of(child.id());
+    assert_eq!(writers.len(), 1, "{writers:?}");
+    let writer = writers[0].0;
+    // SAFETY: SIGKILL to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let mut child = child;
+    let _ = child.wait();
+    // Gone, or a zombie waiting for the host's init to reap it: not running.
+    let dead = || {
+        std::fs::read_to_string(format!("/proc/{writer}/stat")).map_or(true, |s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, t)| t.starts_with("Z ") || t.starts_with("X "))
+        })
+    };
+    assert!(eventually(5, dead), "the writer outlived its supervisor");
+    assert!(
+        eventually(5, || !sleeping(tag)),
+        "the sandbox outlived its supervisor"
+    );
 });
 
 both!(a_rejected_policy_leaves_a_refusal, |f| {
