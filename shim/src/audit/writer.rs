@@ -13,7 +13,7 @@
 //! `main` (loading and relocating the image, faulting it in), which on two CPUs slowed the
 //! sandbox's creation by as much as it saved. The fork is taken while the supervisor is
 //! single-threaded (as libcontainer requires anyway), and the child only ever runs
-//! [`writer_main`], which leaves with `_exit`: none of the supervisor's destructors (its
+//! `writer_main`, which leaves with `_exit`: none of the supervisor's destructors (its
 //! session directory's removal) runs in it.
 //!
 //! What does not change:
@@ -40,8 +40,8 @@
 //! supervisor's descriptors but stderr.
 //!
 //! Protocol (one line each): the writer answers `ok` or `error: …` once `session_start` is
-//! written; then the supervisor sends [`Request`]s (JSON), and the writer answers
-//! [`Request::End`] with an [`Ended`] (JSON) and exits.
+//! written; then the supervisor sends `Request`s (JSON), and the writer answers
+//! `Request::End` with an `Ended` (JSON) and exits.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
