@@ -134,6 +134,22 @@ pub fn layers(p: &Policy) -> Vec<String> {
 pub mod writer;
 pub use writer::{spawn, Ending, Live, Pending};
 
+/// Both tiers' supervisors: fork the session's writer (if the session is audited), with the
+/// `--report` and `--summary` of `a`. Fails closed.
+pub fn start_writer(
+    cfg: Option<&AuditConfig>,
+    session: &str,
+    start: impl FnOnce() -> SessionStart,
+    a: &AuditArgs,
+) -> Result<Option<Pending>> {
+    cfg.map(|cfg| {
+        spawn(cfg, session, start(), a.report.as_deref(), a.summary).map_err(|e| {
+            e.context("audit: the session cannot be recorded, so the command does not run")
+        })
+    })
+    .transpose()
+}
+
 /// A session being recorded, in this process: the audit writer's (see [`writer`]).
 pub(crate) struct Local {
     rec: Recorder,

@@ -592,28 +592,21 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     // The session's audit writer opens the store and records `session_start` while the view
     // is built; its answer is collected before the command's process is forked (see
     // audit/writer.rs).
-    let audit_pending = match audit_cfg {
-        Some(cfg) => Some(
-            audit::spawn(
-                cfg,
-                session,
-                audit::run_start(
-                    policy,
-                    facts.landlock_abi,
-                    &args.command,
-                    &facts.project,
-                    facts.uid,
-                    "FS-ONLY",
-                ),
-                args.audit.report.as_deref(),
-                args.audit.summary,
+    let audit_pending = audit::start_writer(
+        audit_cfg,
+        session,
+        || {
+            audit::run_start(
+                policy,
+                facts.landlock_abi,
+                &args.command,
+                &facts.project,
+                facts.uid,
+                "FS-ONLY",
             )
-            .map_err(|e| {
-                e.context("audit: the session cannot be recorded, so the command does not run")
-            })?,
-        ),
-        None => None,
-    };
+        },
+        &args.audit,
+    )?;
     let net = match broker_plan {
         Some(_) => Some(crate::fsnet::prepare(&t.plan.network.listeners)?),
         None => None,

@@ -442,21 +442,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // The session's audit writer opens the store and records `session_start` on another CPU
     // while the sandbox is created; its answer is collected before the command starts. It is
     // started here, outside the user namespace and the pids cgroup (see audit/writer.rs).
-    let audit_pending = match &audit_cfg {
-        Some(cfg) => Some(
-            audit::spawn(
-                cfg,
-                &sess.id,
-                audit_start(),
-                args.audit.report.as_deref(),
-                args.audit.summary,
-            )
-            .map_err(|e| {
-                e.context("audit: the session cannot be recorded, so the command does not run")
-            })?,
-        ),
-        None => None,
-    };
+    let audit_pending =
+        audit::start_writer(audit_cfg.as_ref(), &sess.id, audit_start, &args.audit)?;
     userns::enter(facts.uid, facts.gid)?;
     ph.mark("userns");
 
