@@ -927,17 +927,8 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     drop(sess);
     drop(tmp);
     drop(meta);
-    let known_git = (policy.project.value != vetto_bundle::policy::ProjectAccess::Read)
-        .then_some((facts.git_metadata.as_slice(), listings));
-    crate::handoff::check(
-        &t.handoff_watch,
-        &t.handoff_links,
-        known_git,
-        t.handoff,
-        &facts.project,
-        &facts.home,
-        session,
-    );
+    // (FS-ONLY has no review mode: run.rs refuses it before this tier is chosen.)
+    crate::handoff::check_session(t, policy, facts, listings, session);
     ph.mark("teardown");
     if let Some(e) = ending {
         e.wait();

@@ -62,6 +62,33 @@ fn new_repositories(
     }
 }
 
+/// [`check`] at a `vetto run` session's end (both tiers), from its translation, policy and
+/// host facts. A read-only project cannot have gained a repository, nor one under review
+/// (its writes went to a change set): no walk for those.
+pub fn check_session(
+    t: &vetto_bundle::translate::Translation,
+    policy: &vetto_bundle::resolve::Policy,
+    facts: &vetto_bundle::host::HostFacts,
+    listings: vetto_bundle::listing::ListingCache,
+    session: &str,
+) -> Vec<Finding> {
+    use vetto_bundle::policy::ProjectAccess;
+    let known_git = (!matches!(
+        policy.project.value,
+        ProjectAccess::Read | ProjectAccess::Review
+    ))
+    .then_some((facts.git_metadata.as_slice(), listings));
+    check(
+        &t.handoff_watch,
+        &t.handoff_links,
+        known_git,
+        t.handoff,
+        &facts.project,
+        &facts.home,
+        session,
+    )
+}
+
 /// Check the watched paths after the session, and (given the metadata paths known at start,
 /// when the project was writable, with the project walk's listing cache) look for git
 /// repositories the sandbox created; report,

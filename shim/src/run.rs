@@ -692,22 +692,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         };
         l.finish(status, signal, reason, control)
     });
-    let session_id = sess.id.clone();
-    // A read-only project cannot have gained a repository, nor one under review: no walk then.
-    let known_git = (!matches!(
-        policy.project.value,
-        vetto_bundle::policy::ProjectAccess::Read | vetto_bundle::policy::ProjectAccess::Review
-    ))
-    .then_some((facts.git_metadata.as_slice(), listings));
-    crate::handoff::check(
-        &t.handoff_watch,
-        &t.handoff_links,
-        known_git,
-        t.handoff,
-        &facts.project,
-        &facts.home,
-        &session_id,
-    );
+    crate::handoff::check_session(&t, &policy, &facts, listings, &sess.id);
     ph.mark("teardown");
     if init_left {
         // It has reported and is exiting; SIGKILL only hurries a PID 1 that would not.

@@ -147,6 +147,7 @@ pub struct Live(Conn);
 ///
 /// Call it only while the process is single-threaded (the supervisor is, before and during
 /// libcontainer's create): the child runs Rust code after the fork.
+///
 /// `report` (`--report`) and `summary` (`--summary`) are what the end writes and shows;
 /// they are fixed here, so nothing sent later can name another file.
 pub fn spawn(
@@ -332,13 +333,13 @@ impl Ending {
     }
 }
 
-/// The writer's process: set itself apart, record the start, serve the session, `_exit`.
 /// What the end writes and shows, fixed when the writer is forked.
 struct Outputs<'a> {
     report: Option<&'a Path>,
     summary: bool,
 }
 
+/// The writer's process: set itself apart, record the start, serve the session, `_exit`.
 fn writer_main(
     parent: libc::pid_t,
     sock: OwnedFd,
