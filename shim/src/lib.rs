@@ -22,6 +22,7 @@ pub mod oci;
 pub mod pids;
 pub mod policy_cmd;
 pub mod pty;
+pub mod rootfs;
 pub mod run;
 pub mod session;
 pub mod sidecar;

@@ -1,7 +1,7 @@
 //! `vetto run`: policy → bundle → libcontainer → wait, from one single-threaded supervisor.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -426,6 +426,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         let rel = link.strip_prefix("/").unwrap_or(link);
         std::os::unix::fs::symlink(target, rootfs.join(rel))
             .with_context(|| format!("rootfs link {}", link.display()))?;
+    }
+    if let Some(mounts) = spec["mounts"].as_array() {
+        let links: Vec<PathBuf> = t.rootfs_links.iter().map(|(l, _)| l.clone()).collect();
+        let dirs = crate::rootfs::mount_points(mounts, &links, &|p: &Path| p.is_dir());
+        crate::rootfs::make(&rootfs, &dirs);
     }
     ph.mark("bundle");
 
