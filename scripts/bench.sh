@@ -97,7 +97,20 @@ fi
 echo "== one hyperfine run ($RUNS runs each)"
 args=()
 for i in "${!names[@]}"; do args+=(-n "${names[$i]}" "${cmds[$i]}"); done
-hyperfine --shell=bash --warmup 5 --runs "$RUNS" --export-json "$work/h.json" "${args[@]}" 2>&1 | grep -E 'Benchmark|Time' || true
+hyperfine --shell=bash --warmup 5 --runs "$RUNS" --export-json "$work/h.json" "${args[@]}" 2>&1 \
+  | tee "$work/hyperfine.log" | grep -E 'Benchmark|Time' || true
+# hyperfine stops at the first run that fails, and the benchmarks after it are not run: say
+# which, and run that command again until it fails, to show its error.
+if grep -q '^Error' "$work/hyperfine.log"; then
+  n=$(grep -oE '^Benchmark [0-9]+' "$work/hyperfine.log" | tail -1 | grep -oE '[0-9]+')
+  echo "bench: hyperfine stopped at '${names[$((n - 1))]}': $(grep -m1 '^Error' "$work/hyperfine.log")"
+  for _ in $(seq 300); do
+    if ! bash -c "${cmds[$((n - 1))]}" >/dev/null 2>"$work/failed.err"; then
+      echo "bench: one of its runs failed with: $(head -c 800 "$work/failed.err")"
+      break
+    fi
+  done
+fi
 
 python3 - "$work/h.json" <<'PY'
 import json, sys
