@@ -47,6 +47,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -142,6 +143,42 @@ impl Drop for Pending {
 /// A session being recorded by its writer.
 pub struct Live(Conn);
 
+/// How long [`thread_count`] waits for a joined thread to leave `/proc/self/task`.
+const THREADS_SETTLE: Duration = Duration::from_millis(50);
+
+/// The threads this process runs, as `/proc/self/task` lists them once any joined thread is
+/// gone (`None` if it cannot be read).
+///
+/// A thread that has been joined can stay listed for a moment: the kernel wakes its joiner
+/// when it clears the thread's id, a few steps before it unhashes the thread, and the woken
+/// joiner can run first (6 times in 20,000 joins on this machine; review mode joins its
+/// directory walk just before the writer's fork). Such a thread runs no user code any more,
+/// so it holds no lock a child could inherit. The list is read again, for up to
+/// [`THREADS_SETTLE`], while it shows more than one; a thread still listed after that is
+/// counted.
+pub fn thread_count() -> Option<usize> {
+    settled(
+        || {
+            std::fs::read_dir("/proc/self/task")
+                .ok()
+                .map(Iterator::count)
+        },
+        THREADS_SETTLE,
+    )
+}
+
+/// `count()`, read again every 100 µs while it is above one, until `patience` has passed.
+fn settled(mut count: impl FnMut() -> Option<usize>, patience: Duration) -> Option<usize> {
+    let deadline = Instant::now() + patience;
+    loop {
+        let n = count()?;
+        if n <= 1 || Instant::now() >= deadline {
+            return Some(n);
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
 /// Fork the session's writer, which opens the store and records `start`. Its answer is read
 /// by [`Pending::started`], after the work it overlaps.
 ///
@@ -160,8 +197,7 @@ pub fn spawn(
     let report = report.map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
     // A thread started before this point would make the fork unsound (a lock it holds stays
     // held in the child): refuse rather than risk it.
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        let n = tasks.count();
+    if let Some(n) = thread_count() {
         if n > 1 {
             bail!("audit: the writer is forked from a single-threaded supervisor, and this one runs {n} threads");
         }
@@ -471,6 +507,25 @@ fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_above_one_is_read_again_until_it_settles_or_patience_runs_out() {
+        let mut seen = vec![2, 2, 1, 5].into_iter();
+        assert_eq!(settled(|| seen.next(), Duration::from_secs(5)), Some(1));
+        let mut reads = 0;
+        let start = Instant::now();
+        let stuck = settled(
+            || {
+                reads += 1;
+                Some(3)
+            },
+            Duration::from_millis(5),
+        );
+        assert_eq!(stuck, Some(3));
+        assert!(reads > 1 && start.elapsed() >= Duration::from_millis(5));
+        assert_eq!(settled(|| Some(1), Duration::from_secs(5)), Some(1));
+        assert_eq!(settled(|| None, Duration::from_secs(5)), None);
+    }
 
     #[test]
     fn requests_read_back_as_written_and_unknown_fields_are_refused() {
