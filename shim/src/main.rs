@@ -89,11 +89,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let t0 = std::time::Instant::now();
     let cli = Cli::parse();
-    if std::env::var_os("VETTO_X_T").is_some() {
-        eprintln!("parse {:?}", t0.elapsed());
-    }
     if !matches!(cli.command, Command::Run(_)) {
         // Printing commands end quietly when their reader goes away (`| head`).
         // SAFETY: restoring the default disposition of one signal before any thread exists.
