@@ -4,9 +4,9 @@
 //!
 //! Review mode joins a thread just before the writer is forked. A joined thread can stay
 //! listed in `/proc/self/task` for a moment (the kernel wakes the joiner before it unhashes the
-//! thread); read once, the list made the guard refuse a few sessions in ten thousand. Here a
-//! thread is started and joined many times, and the guard must count one thread every time.
-//! With a single read this failed (6 times in 20,000 joins when measured).
+//! thread), so a single read of the list could make the guard refuse a session. Here a thread
+//! is started and joined many times, and the guard must count one thread every time. With a
+//! single read this test failed (885 of 20,000 joins when measured).
 
 fn main() {
     const JOINS: usize = 20_000;
