@@ -423,3 +423,154 @@ pub struct RunArgs {
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
+
+/// The command line, parsed. `vetto run …` (the command every session starts with) is parsed
+/// first by a command that holds `run` alone: clap builds the whole command tree before it
+/// matches anything, and building every subcommand's arguments was ~0.2 ms of a session's
+/// start (their code runs once per process, so it is all first-time cost: page faults and
+/// cold caches). Anything that one does not accept as a `run` (another subcommand, an error,
+/// `--help`, `--version`, `-v` before `run`) is parsed again by the full command, so what is
+/// printed and how errors read is unchanged; what it does accept, it parses as the full
+/// command would (`tests::run_alone_parses_as_the_full_command_does`).
+pub fn parse() -> Cli {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    parse_run(&argv).unwrap_or_else(|| Cli::parse_from(argv))
+}
+
+/// `argv` parsed by the `run`-only command, or `None` where the full command must decide.
+fn parse_run(argv: &[std::ffi::OsString]) -> Option<Cli> {
+    if argv.get(1).map(|a| a.as_os_str()) != Some("run".as_ref()) {
+        return None;
+    }
+    let only = RunOnly::try_parse_from(argv).ok()?;
+    let RunOnlyCommand::Run(run) = only.command;
+    Some(Cli {
+        verbose: only.verbose,
+        command: Command::Run(run),
+    })
+}
+
+/// [`Cli`] with `run` as its only subcommand (see [`parse`]).
+#[derive(Debug, Parser)]
+#[command(name = "vetto", version, about, long_about = None)]
+struct RunOnly {
+    /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: RunOnlyCommand,
+}
+
+/// [`Command`]'s `run`, alone.
+#[derive(Debug, Subcommand)]
+enum RunOnlyCommand {
+    /// Run a command in the sandbox: `vetto run -- claude`.
+    Run(RunArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn argv(line: &str) -> Vec<OsString> {
+        line.split_whitespace().map(OsString::from).collect()
+    }
+
+    /// Everything `run` takes, in valid and invalid combinations, and other subcommands.
+    const LINES: &[&str] = &[
+        "vetto run -- /bin/true",
+        "vetto run /bin/true",
+        "vetto run -v -- claude --resume",
+        "vetto run -vv --quiet -- make test",
+        "vetto -v run -- true",
+        "vetto run --no-user-policy --no-audit -- true",
+        "vetto run --tier fs-only -- true",
+        "vetto run --tier bogus -- true",
+        "vetto run --project-access review -- true",
+        "vetto run --project-access read-only -- true",
+        "vetto run --resume abc -- true",
+        "vetto run --git-ssh --unattended -- git fetch",
+        "vetto run --policy p.toml --profile ci -- true",
+        "vetto run --agent claude -- claude",
+        "vetto run --summary --report r.json -- true",
+        "vetto run --net allowlist:example.com --allow-read /etc --allow-write /tmp/x -- curl",
+        "vetto run --pass-env A --pass-env B --wall-clock 5m --cache cargo --project /tmp -- env",
+        "vetto run --audit-jsonl - --no-audit -- true",
+        "vetto run --quiet --quiet -- true",
+        "vetto run --tier",
+        "vetto run --no-such-flag -- true",
+        "vetto run",
+        "vetto run --",
+        "vetto run --help",
+        "vetto run -h",
+        "vetto run --version",
+        "vetto run -- --help",
+        "vetto run true --tier fs-only",
+        "vetto --version",
+        "vetto policy explain",
+        "vetto doctor --json",
+        "vetto",
+    ];
+
+    /// The `run`-only command accepts what the full one accepts, parsed the same, and leaves
+    /// everything else (errors, help, version, other subcommands) to the full command.
+    #[test]
+    fn run_alone_parses_as_the_full_command_does() {
+        let mut fast = 0;
+        for line in LINES {
+            let a = argv(line);
+            let full = Cli::try_parse_from(&a);
+            match parse_run(&a) {
+                Some(cli) => {
+                    fast += 1;
+                    let full = full.unwrap_or_else(|e| {
+                        panic!("{line}: the run-only parse accepted what the full one refuses: {e}")
+                    });
+                    assert_eq!(format!("{cli:?}"), format!("{full:?}"), "{line}");
+                }
+                None => {
+                    if let Ok(full) = full {
+                        assert!(
+                            !matches!(full.command, Command::Run(_))
+                                || !line.starts_with("vetto run"),
+                            "{line}: a valid `run` line fell back to the full parse"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(fast >= 10, "only {fast} lines took the run-only parse");
+    }
+
+    /// Both commands describe `run` identically: its help text (every argument, its value
+    /// names, defaults and conflicts, as clap renders them) is the same.
+    #[test]
+    fn run_alone_has_the_full_commands_arguments() {
+        let mut full = Cli::command();
+        let mut only = RunOnly::command();
+        full.build();
+        only.build();
+        let help = |c: &mut clap::Command| {
+            c.find_subcommand_mut("run")
+                .expect("a run subcommand")
+                .render_long_help()
+                .to_string()
+        };
+        assert_eq!(help(&mut only), help(&mut full));
+        let ids = |c: &mut clap::Command| {
+            let mut v: Vec<String> = c
+                .find_subcommand_mut("run")
+                .expect("a run subcommand")
+                .get_arguments()
+                .map(|a| format!("{a:?}"))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(ids(&mut only), ids(&mut full));
+    }
+}

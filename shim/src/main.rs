@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
 use tracing_subscriber::EnvFilter;
 
 use vetto::cli::{Cli, Command, PolicyCommand, ProfilesCommand};
@@ -89,7 +89,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = vetto::cli::parse();
     if !matches!(cli.command, Command::Run(_)) {
         // Printing commands end quietly when their reader goes away (`| head`).
         // SAFETY: restoring the default disposition of one signal before any thread exists.
