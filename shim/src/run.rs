@@ -410,16 +410,10 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             crate::nested::PARENT_POLICY_PATH
         )));
     }
-    std::fs::write(
-        bundle.join("config.json"),
-        serde_json::to_vec_pretty(&spec)?,
-    )
-    .context("writing config.json")?;
-    std::fs::write(
-        bundle.join("plan.json"),
-        serde_json::to_vec_pretty(&t.plan)?,
-    )
-    .context("writing plan.json")?;
+    // Compact: libcontainer reads it back once, and no one else reads it. (The plan is not
+    // written beside it: the init gets it in memory, and nothing read the copy.)
+    std::fs::write(bundle.join("config.json"), serde_json::to_vec(&spec)?)
+        .context("writing config.json")?;
     let rootfs = bundle.join("rootfs");
     std::fs::create_dir(&rootfs).context("creating rootfs")?;
     for (link, target) in &t.rootfs_links {
