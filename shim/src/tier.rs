@@ -82,11 +82,71 @@ pub fn probe_full() -> Result<(), NoFull> {
 /// its exit (tearing its namespaces down) takes longer than the probe itself and is not
 /// waited for then. It is reaped when the `Probe` is dropped, through a pidfd (a pid some
 /// other wait reaped and the kernel reused is never waited for).
+///
+/// The child shares the supervisor's memory (`CLONE_VM`) instead of being a fork: a fork
+/// copied the supervisor's page tables and made every page the supervisor wrote while the
+/// child lived a copy-on-write fault, ~0.15 ms of the session's start. The child is not a
+/// thread (it has its own thread group, descriptor table and signal state, so the
+/// supervisor stays single-threaded for libcontainer and `unshare(CLONE_NEWUSER)`), and it
+/// runs on a stack of its own, making only system calls that return their error instead of
+/// storing it in `errno` (which it would share with the supervisor's thread): see
+/// [`probe_child`].
 pub struct Probe {
     pid: libc::pid_t,
     pidfd: Option<OwnedFd>,
     report: Option<OwnedFd>,
     failed: Option<NoFull>,
+    /// The child's stack: unmapped once the child is reaped, never before.
+    stack: Option<Stack>,
+}
+
+/// The probe child's stack size: its calls need a few hundred bytes; the pages are only
+/// touched as used.
+const STACK_SIZE: usize = 64 * 1024;
+
+/// An anonymous mapping used as a stack, with an inaccessible lowest page (an overflow
+/// faults instead of writing below it).
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new(len: usize) -> Option<Stack> {
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        let stack = Stack { base, len };
+        // SAFETY: the first page of the mapping just made, ours alone.
+        if unsafe { libc::mprotect(base, 4096, libc::PROT_NONE) } != 0 {
+            return None;
+        }
+        Some(stack)
+    }
+
+    /// The highest address (stacks grow down): page-aligned, so 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        self.base.wrapping_byte_add(self.len)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, which no task uses any more (the `Probe` drops it
+        // only after its child was reaped, and leaks it otherwise).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
 }
 
 impl Probe {
@@ -98,6 +158,7 @@ impl Probe {
             pidfd: None,
             report: None,
             failed: Some(NoFull { step, errno }),
+            stack: None,
         };
         let mut fds = [-1; 2];
         // SAFETY: pipe2 fills the two-element array.
@@ -106,13 +167,26 @@ impl Probe {
         }
         // SAFETY: two fresh descriptors, ours alone.
         let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // SAFETY: the child makes only raw system calls and leaves with _exit.
-        let pid = unsafe { libc::fork() };
+        let Some(stack) = Stack::new(STACK_SIZE) else {
+            return failed("mmap", errno());
+        };
+        // SAFETY: the child runs `probe_entry` on `stack`, which stays mapped until the child
+        // is reaped (`Probe` owns it; see its Drop). It shares this process's memory but uses
+        // none of it besides its stack, its argument (the descriptor's number, by value) and
+        // the program's code and constants; it allocates nothing and touches no thread-local
+        // (errno included: see `probe_child`). Without CLONE_FILES and CLONE_SIGHAND it has
+        // its own copies of the descriptor table and signal dispositions; SIGCHLD tells this
+        // process of its exit, as a fork's would.
+        let pid = unsafe {
+            libc::clone(
+                probe_entry,
+                stack.top(),
+                libc::CLONE_VM | libc::SIGCHLD,
+                w.as_raw_fd() as usize as *mut libc::c_void,
+            )
+        };
         if pid < 0 {
-            return failed("fork", errno());
-        }
-        if pid == 0 {
-            probe_child(w.as_raw_fd());
+            return failed("clone", errno());
         }
         drop(w);
         // SAFETY: pidfd_open on our own unreaped child; a new descriptor or -1.
@@ -123,6 +197,7 @@ impl Probe {
             pidfd: (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) }),
             report: Some(r),
             failed: None,
+            stack: Some(stack),
         }
     }
 
@@ -164,7 +239,7 @@ impl Probe {
         if self.pid <= 0 {
             return None;
         }
-        let pid = std::mem::replace(&mut self.pid, -1);
+        let pid = self.pid;
         let mut status = 0;
         loop {
             let r = match &self.pidfd {
@@ -189,6 +264,8 @@ impl Probe {
                 None => unsafe { libc::waitpid(pid, &mut status, 0) }.min(0),
             };
             if r == 0 {
+                // Reaped: forgotten, so nothing waits for it (or a reuse of its pid) again.
+                self.pid = -1;
                 return Some(status);
             }
             if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
@@ -201,47 +278,55 @@ impl Probe {
 impl Drop for Probe {
     fn drop(&mut self) {
         let _ = self.reap();
+        if self.pid > 0 {
+            // Not reaped (the wait failed): the child may still run on its stack, which is
+            // left mapped rather than handed back for reuse under it.
+            std::mem::forget(self.stack.take());
+        }
     }
 }
 
-/// The probe child's whole life: raw system calls; one byte on `report` when FULL's
-/// namespaces work, else `_exit` with the failed step and errno in the status.
-fn probe_child(report: RawFd) -> ! {
-    let fail = |step: i32| -> ! {
-        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        // SAFETY: leaving the forked child; the status carries the step and errno.
-        unsafe { libc::_exit(step * 64 + e.min(63)) }
-    };
+/// `clone`'s entry point for the probe child: its argument is the report descriptor's number.
+extern "C" fn probe_entry(report: *mut libc::c_void) -> libc::c_int {
+    probe_child(report as usize as RawFd)
+}
+
+/// The probe child's whole life: one byte on `report` when FULL's namespaces work, else the
+/// failed step and errno as its exit status (`step * 64 + errno`, at most 63).
+///
+/// It shares the supervisor's memory, so it calls the kernel through rustix, whose Linux
+/// backend returns each call's error instead of storing it in `errno`, a thread-local this
+/// child would share with the supervisor's thread (libc's wrappers would write it there while
+/// the supervisor may be reading its own). It allocates nothing and cannot panic; `clone`
+/// makes its return value the exit status.
+fn probe_child(report: RawFd) -> libc::c_int {
+    use rustix::mount::MountPropagationFlags;
+    use rustix::thread::UnshareFlags;
+    let fail = |step: libc::c_int, e: rustix::io::Errno| step * 64 + e.raw_os_error().min(63);
     // Not the network namespace: making and tearing one down costs more than the rest
     // together (~0.6 ms here), and what refuses user namespaces refuses them all; a host
     // that refuses only that one fails FULL's setup later, with its error (no fallback).
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS;
-    // SAFETY: unshare takes flags only.
-    if unsafe { libc::unshare(flags) } != 0 {
-        fail(1);
+    let flags = UnshareFlags::NEWUSER
+        | UnshareFlags::NEWNS
+        | UnshareFlags::NEWPID
+        | UnshareFlags::NEWIPC
+        | UnshareFlags::NEWUTS;
+    // SAFETY: what these flags unshare besides the namespaces (the filesystem context that
+    // CLONE_NEWUSER and CLONE_NEWNS imply) is this child's own copy already: it was cloned
+    // without CLONE_FS, CLONE_FILES or CLONE_SIGHAND.
+    if let Err(e) = unsafe { rustix::thread::unshare_unsafe(flags) } {
+        return fail(1, e);
     }
-    // SAFETY: valid C strings; changes propagation in the child's own mount namespace.
-    let rc = unsafe {
-        libc::mount(
-            c"none".as_ptr(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        fail(2);
+    // Changes propagation in the child's own mount namespace.
+    let private = MountPropagationFlags::REC | MountPropagationFlags::PRIVATE;
+    if let Err(e) = rustix::mount::mount_change(c"/", private) {
+        return fail(2, e);
     }
-    // SAFETY: one byte from a static buffer to the report pipe, then leaving.
-    unsafe {
-        libc::write(report, [1u8].as_ptr().cast(), 1);
-        libc::_exit(0)
-    }
+    // SAFETY: `report` is the pipe's write end, open in this child's descriptor table (a
+    // copy of the supervisor's, taken at the clone) until the child exits.
+    let report = unsafe { std::os::fd::BorrowedFd::borrow_raw(report) };
+    let _ = rustix::io::write(report, &[1u8]);
+    0
 }
 
 /// Why FS-ONLY cannot be set up here, if it cannot.

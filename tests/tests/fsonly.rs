@@ -240,15 +240,9 @@ both!(the_supervisor_killed_takes_every_process_with_it, |f| {
         .read_exact(&mut buf)
         .expect("up");
     assert!(sleeping(&t), "the sleeper did not start");
-    // SAFETY: signalling the process we spawned (setpriv and env exec vetto: same pid).
-    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    let _ = child.wait();
-    assert!(
-        eventually(5, || !sleeping(&t)),
-        "left running: {:?}",
-        pids_with(&t)
-    );
-    // The killed supervisor could not remove its private directories; the next session does.
+    // The supervisor's private directories, listed while it lives (a live supervisor's are
+    // never swept): once it is killed, any session may sweep them, this test's next one or
+    // another test's running meanwhile, so they are not looked for between the two.
     let left = |pid: u32| -> Vec<String> {
         std::fs::read_dir("/tmp")
             .expect("ls /tmp")
@@ -259,8 +253,17 @@ both!(the_supervisor_killed_takes_every_process_with_it, |f| {
     };
     assert!(
         !left(child.id()).is_empty(),
-        "nothing to sweep: the test proves nothing"
+        "no private directory to sweep: the test proves nothing"
     );
+    // SAFETY: signalling the process we spawned (setpriv and env exec vetto: same pid).
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(
+        eventually(5, || !sleeping(&t)),
+        "left running: {:?}",
+        pids_with(&t)
+    );
+    // The killed supervisor could not remove its private directories; the next session does.
     let o = f.run_sh(FS, "true");
     assert!(o.status.success(), "{}", err(&o));
     assert_eq!(left(child.id()), Vec::<String>::new());
