@@ -100,7 +100,7 @@ pub struct Probe {
     stack: Option<Stack>,
 }
 
-/// The probe child's stack size: its calls need a few hundred bytes; the pages are only
+/// The probe child's usable stack: its calls need a few hundred bytes; the pages are only
 /// touched as used.
 const STACK_SIZE: usize = 64 * 1024;
 
@@ -112,7 +112,12 @@ struct Stack {
 }
 
 impl Stack {
-    fn new(len: usize) -> Option<Stack> {
+    /// `usable` bytes of stack above a guard page (the system's page size: 4 KiB here, up to
+    /// 64 KiB on some arm64 kernels).
+    fn new(usable: usize) -> Option<Stack> {
+        // SAFETY: sysconf has no memory arguments.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        let len = usable.div_ceil(page).checked_add(1)?.checked_mul(page)?;
         // SAFETY: a new private anonymous mapping; nothing else refers to it.
         let base = unsafe {
             libc::mmap(
@@ -129,7 +134,7 @@ impl Stack {
         }
         let stack = Stack { base, len };
         // SAFETY: the first page of the mapping just made, ours alone.
-        if unsafe { libc::mprotect(base, 4096, libc::PROT_NONE) } != 0 {
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
             return None;
         }
         Some(stack)
@@ -402,6 +407,36 @@ pub fn select(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The probe child's stack: the usable size above one inaccessible page of the system's
+    /// size, its top aligned for the call `clone` makes on it.
+    #[test]
+    fn the_probe_stack_has_a_guard_page_below_it() {
+        // SAFETY: sysconf has no memory arguments.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let stack = Stack::new(STACK_SIZE).expect("a stack");
+        let (base, top) = (stack.base as usize, stack.top() as usize);
+        assert!(top - base >= STACK_SIZE + page, "{base:#x}..{top:#x}");
+        assert_eq!(top % 16, 0);
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let perms = |at: usize| {
+            maps.lines()
+                .find_map(|l| {
+                    let (range, rest) = l.split_once(' ')?;
+                    let (a, b) = range.split_once('-')?;
+                    let (a, b) = (
+                        usize::from_str_radix(a, 16).ok()?,
+                        usize::from_str_radix(b, 16).ok()?,
+                    );
+                    (a <= at && at < b).then(|| rest[..4].to_string())
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(perms(base), "---p", "the guard page");
+        assert_eq!(perms(base + page - 1), "---p", "the guard page's end");
+        assert_eq!(perms(base + page), "rw-p", "the stack's lowest page");
+        assert_eq!(perms(top - 1), "rw-p", "the stack's top");
+    }
 
     #[test]
     fn the_probe_succeeds_where_namespaces_work() {
