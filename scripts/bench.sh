@@ -17,7 +17,9 @@ work=$(mktemp -d /tmp/vetto-bench.XXXXXX)
 # system there costs vetto milliseconds per start in inode allocation and would not be what
 # users run with).
 rundir=$(mktemp -d /dev/shm/vetto-bench-run.XXXXXX 2>/dev/null || mktemp -d /tmp/vetto-bench-run.XXXXXX)
-trap 'rm -rf "$work" "$rundir"' EXIT
+# A benchmark that fails part-way (set -e) leaves no server or relay running: each background
+# job is stopped with its children (socat runs under /usr/bin/time).
+trap 'for j in $(jobs -p); do pkill -P "$j" 2>/dev/null; kill "$j" 2>/dev/null; done; rm -rf "$work" "$rundir"' EXIT
 chmod 755 "$work"
 mkdir -p "$work/bin" "$work/proj" "$work/home" "$work/crun/rootfs" "$work/crun-state"
 cp "$VETTO" "$work/bin/vetto"
