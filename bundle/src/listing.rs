@@ -114,6 +114,25 @@ impl Listing {
         &self.buf[self.start..self.end]
     }
 
+    /// Are its names what a directory can hold: each non-empty, without `/` or NUL, sorted
+    /// and distinct? A listing read from the cache file is checked so before its names are
+    /// used ([`ListingCache::get`], [`ListingCache::peek`]), not when the file is parsed:
+    /// a warm walk reuses most listings by their leaf verdict, without looking at a name.
+    fn well_formed(&self) -> bool {
+        let mut prev: Option<&OsStr> = None;
+        for (name, _) in self.iter() {
+            let bytes = name.as_bytes();
+            if bytes.is_empty() || bytes.contains(&b'/') || bytes.contains(&0) {
+                return false;
+            }
+            if prev.is_some_and(|p| p >= name) {
+                return false;
+            }
+            prev = Some(name);
+        }
+        true
+    }
+
     /// Do both hold the same names?
     pub fn same_names(&self, other: &Listing) -> bool {
         self.iter().map(|e| e.0).eq(other.iter().map(|e| e.0))
@@ -225,6 +244,8 @@ impl ListingCache {
                 .ok()
                 .and_then(|b| parse(b.into(), &self.project))
                 .unwrap_or_default();
+            // A warm walk takes most of them again.
+            self.new.reserve(self.old.len());
         }
     }
 
@@ -249,13 +270,35 @@ impl ListingCache {
         }
         self.load();
         let (stamp, listing, leaves) = self.old.get(&ino)?;
-        if *stamp != c {
+        if *stamp != c || !listing.well_formed() {
             return None;
         }
         let l = listing.clone();
         self.new.insert(ino, (c, l.clone(), *leaves));
         self.hits += 1;
         Some(l)
+    }
+
+    /// The cache for a later walk of the same project in the same process (`vetto run`'s walk
+    /// at the session's end): what this walk saw and would save, without reading the file
+    /// again. Its trust horizon stays this walk's, which is earlier than the later walk's
+    /// start: no ctime is trusted that the later walk's own horizon would not trust.
+    pub fn into_next_walk(self) -> Self {
+        let new = HashMap::with_capacity(self.new.len());
+        ListingCache {
+            file: self.file,
+            old: self.new,
+            new,
+            leaves_added: false,
+            trust_before: self.trust_before,
+            project: self.project,
+            loaded: true,
+            local: self.local,
+            hits: 0,
+            misses: 0,
+            unopened: 0,
+            leaf_verdicts: 0,
+        }
     }
 
     /// Could a lookup hit at all: a cache with a file that held listings. (A walk without one
@@ -283,7 +326,9 @@ impl ListingCache {
         }
         self.load();
         let (stamp, listing, leaves) = self.old.get(&ino)?;
-        (*stamp == c).then(|| (listing.clone(), key != 0 && leaves.contains(&key)))
+        let verdict = key != 0 && leaves.contains(&key);
+        // Names matched again are checked first; a verdict reuses none of them.
+        (*stamp == c && (verdict || listing.well_formed())).then(|| (listing.clone(), verdict))
     }
 
     /// Take a listing [`Self::peek`] returned (it stays in the saved cache), as a hit of a
@@ -396,8 +441,9 @@ impl Reader<'_> {
 }
 
 /// The cached listings, if `buf` is a well-formed cache of `project` (a hash collision with
-/// another project's file is told apart by the path stored in it). Every record is checked
-/// here: a name is non-empty and holds no `/` or NUL, a flag is 0 or 1, sorted by name.
+/// another project's file is told apart by the path stored in it). Every record's framing is
+/// checked here (a flag is 0 or 1, a name lies within its listing); the names themselves before
+/// they are used ([`Listing::well_formed`]).
 fn parse(buf: Rc<[u8]>, project: &Path) -> Option<Listings> {
     let mut r = Reader { b: &buf, at: 0 };
     let magic = r.take(MAGIC.len())?;
@@ -414,22 +460,15 @@ fn parse(buf: Rc<[u8]>, project: &Path) -> Option<Listings> {
         let len = usize::try_from(r.u64()?).ok()?;
         let range = r.take(len)?;
         let mut rest = &buf[range.clone()];
-        let mut prev: Option<&OsStr> = None;
         let mut count = 0;
+        // The records' framing is checked here; their names when they are used
+        // ([`Listing::well_formed`]).
         while !rest.is_empty() {
             count += 1;
             if rest[0] > 1 {
                 return None;
             }
-            let ((name, _), tail) = split_record(rest)?;
-            let bytes = name.as_bytes();
-            if bytes.is_empty() || bytes.contains(&b'/') || bytes.contains(&0) {
-                return None;
-            }
-            if prev.is_some_and(|p| p >= name) {
-                return None;
-            }
-            prev = Some(name);
+            let (_, tail) = split_record(rest)?;
             rest = tail;
         }
         let listing = Listing {
@@ -608,5 +647,90 @@ mod tests {
         assert!(ListingCache::open(t.path(), proj)
             .get((1, 2), (1_000, 0), true)
             .is_none());
+    }
+
+    /// Names are checked when a listing is used, one listing at a time: a listing whose names
+    /// could not come from a directory (unsorted, or holding a `/`) is not reused, by `get`
+    /// or by a `peek` that matches names again; the file's other listings still are.
+    #[test]
+    fn a_listing_with_a_bad_name_is_refused_and_the_others_still_serve() {
+        let t = tempfile::tempdir().expect("tmp");
+        let proj = Path::new("/p");
+        let at = (1_000, 0);
+        let mut c = ListingCache::open(t.path(), proj);
+        c.put((1, 2), at, true, &entries(&[("a", false)]));
+        c.put((1, 3), at, true, &entries(&[("b", false), ("c", true)]));
+        c.put((1, 4), at, true, &entries(&[("x", false)]));
+        c.save().expect("save");
+        let file = std::fs::read_dir(t.path())
+            .expect("ls")
+            .flatten()
+            .next()
+            .expect("the cache file")
+            .path();
+        let good = std::fs::read(&file).expect("read");
+        let find =
+            |b: &[u8], rec: &[u8]| b.windows(rec.len()).position(|w| w == rec).expect("record");
+        // (1, 3) becomes "b", "a": unsorted. (1, 4) becomes "/".
+        let mut bad = good.clone();
+        let c_at = find(&bad, b"\x01\x01\x00c");
+        bad[c_at + 3] = b'a';
+        let x_at = find(&bad, b"\x00\x01\x00x");
+        bad[x_at + 3] = b'/';
+        std::fs::write(&file, &bad).expect("w");
+        let mut c = ListingCache::open(t.path(), proj);
+        assert!(c.get((1, 3), at, true).is_none(), "unsorted");
+        assert!(
+            c.peek((1, 3), at, true, 5).is_none(),
+            "unsorted, matched again"
+        );
+        assert!(c.get((1, 4), at, true).is_none(), "a slash");
+        assert!(
+            c.peek((1, 4), at, true, 5).is_none(),
+            "a slash, matched again"
+        );
+        let a = c.get((1, 2), at, true).expect("the well-formed listing");
+        assert_eq!(a.iter().map(|e| e.0.to_owned()).collect::<Vec<_>>(), ["a"]);
+    }
+
+    /// The walk at a session's end starts from what the walk at its start saw, in memory: its
+    /// trusted listings hit without the file (removed here), an untrusted one does not, and
+    /// the first walk's trust horizon still bounds what is trusted.
+    #[test]
+    fn the_next_walk_starts_from_this_walks_listings() {
+        let t = tempfile::tempdir().expect("tmp");
+        let proj = Path::new("/p");
+        let horizon = (2_000, 0);
+        let mut c = ListingCache::open_with_horizon(t.path(), proj, horizon);
+        c.put((1, 2), (1_000, 0), true, &entries(&[("a", false)]));
+        c.put((1, 3), (1_000, 0), false, &entries(&[("b", false)]));
+        c.save().expect("save");
+        for f in std::fs::read_dir(t.path()).expect("ls").flatten() {
+            std::fs::remove_file(f.path()).expect("rm");
+        }
+        let mut next = c.into_next_walk();
+        assert!(
+            next.get((1, 2), (1_000, 0), true).is_some(),
+            "taken from the first walk"
+        );
+        assert!(
+            next.get((1, 2), (1_001, 0), true).is_none(),
+            "another ctime"
+        );
+        assert!(
+            next.get((1, 3), (1_000, 0), true).is_none(),
+            "never trusted"
+        );
+        assert!(
+            !next.trusted(1, -1, false, horizon),
+            "the first walk's horizon"
+        );
+        assert_eq!((next.hits, next.misses), (1, 0));
+        // What it saw is saved as a walk's would be.
+        next.put((1, 5), (1_500, 0), true, &entries(&[("c", false)]));
+        next.save().expect("save");
+        let mut again = ListingCache::open(t.path(), proj);
+        assert!(again.get((1, 2), (1_000, 0), true).is_some());
+        assert!(again.get((1, 5), (1_500, 0), true).is_some());
     }
 }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use vetto_bundle::host::HostFacts;
+use vetto_bundle::listing::ListingCache;
 use vetto_bundle::policy::{
     EnvironmentSection, FilesystemSection, LimitsSection, NetworkMode, NetworkSection, PolicyFile,
 };
@@ -418,7 +419,7 @@ fn private_mask(
 /// Facts, policy, secret scan and translation, for `explain` and `run`. Review mode's layers
 /// are shown as a change set that does not exist yet (`vetto run` makes it: [`build_with`]).
 pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation)> {
-    build_with(a, id, &mut |_, _| {
+    let (facts, policy, t, _) = build_with(a, id, &mut |_, _| {
         let base = crate::changes::dir()
             .map(|d| d.join("NEW"))
             .unwrap_or_else(|| PathBuf::from("NEW"));
@@ -426,7 +427,8 @@ pub fn build(a: &PolicyArgs, id: &str) -> Result<(HostFacts, Policy, Translation
             upper: base.join("upper"),
             work: base.join("work"),
         })
-    })
+    })?;
+    Ok((facts, policy, t))
 }
 
 /// Review mode's layers for a policy and host: made (or resumed) by the caller.
@@ -434,12 +436,13 @@ pub type ReviewSetup<'a> =
     dyn FnMut(&HostFacts, &Policy) -> Result<vetto_bundle::host::ReviewLayers> + 'a;
 
 /// [`build`], with `review` asked for the overlay's layers when the policy's project access is
-/// `review`.
+/// `review`. Also the project walk's listing cache, ready for a second walk at the session's
+/// end ([`ListingCache::into_next_walk`]: the file is not read again).
 pub fn build_with(
     a: &PolicyArgs,
     id: &str,
     review: &mut ReviewSetup<'_>,
-) -> Result<(HostFacts, Policy, Translation)> {
+) -> Result<(HostFacts, Policy, Translation, ListingCache)> {
     let mut facts = HostFacts::gather(a.project.as_deref())?;
     facts.landlock_abi = vetto_hooks::landlock::abi_version();
     facts.host_private.push(config_dir()?);
@@ -511,7 +514,7 @@ pub fn build_with(
         facts.review = Some(review(&facts, &policy)?);
     }
     let t = translate(&policy, &facts, &scan.secrets, id)?;
-    Ok((facts, policy, t))
+    Ok((facts, policy, t, listings.into_next_walk()))
 }
 
 /// `vetto policy check [FILE]`.

@@ -227,7 +227,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         review = Some(r);
         Ok(layers)
     });
-    let (facts, policy, mut t) = match built {
+    let (facts, policy, mut t, listings) = match built {
         Ok(b) => b,
         Err(e) => {
             if let Some(dir) = &audit_dir {
@@ -349,9 +349,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     }
     session::sweep_stale(&root);
-    // The project walk's listing cache, for the walk at the end (opened here, before the
-    // supervisor enters its user namespace, where the runtime directory's owner shows as 0).
-    let listings = session::listing_cache(facts.uid, &facts.project);
     // FS-ONLY has no libcontainer state; its session directory holds the approvals' control
     // socket when the broker runs.
     if tier == Tier::FsOnly {

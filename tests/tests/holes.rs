@@ -542,6 +542,24 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
             "{tier}: the leaves' verdicts were not used: {}",
             err(&o)
         );
+        // The walk at the session's end starts from the listings the walk at its start saw
+        // (in memory): a repository the sandbox makes in a directory both hold is found.
+        let o = f.run_env(
+            &["--tier", tier],
+            &["/bin/sh", "-c", "mkdir old/deep/.git && echo end"],
+            &debug,
+        );
+        assert_eq!(out(&o), "end\n", "{tier}: {}", err(&o));
+        let made = f.proj.join("old/deep/.git");
+        assert!(
+            err(&o).contains(&format!(
+                "trust handoff: the sandbox created {}",
+                made.display()
+            )),
+            "{tier}: the new repository was not reported: {}",
+            err(&o)
+        );
+        std::fs::remove_dir(&made).expect("rmdir");
         // Three ways a secret appears in a directory whose listing is cached: created there,
         // renamed in from elsewhere, and in a new subdirectory. Checked once the changed
         // directories' new ctimes are old enough to be trusted: only the ctimes' change tells
