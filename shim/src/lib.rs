@@ -10,6 +10,7 @@ pub mod changes;
 pub mod changes_cmd;
 pub mod cli;
 pub mod connect;
+pub mod cpus;
 pub mod doctor;
 pub mod engine;
 pub mod fdpass;

@@ -360,18 +360,18 @@ both!(
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped()),
             );
-            assert!(
-                eventually(10, || sleeping(tag)),
-                "{tier}: the command never ran"
-            );
+            let ran = eventually(10, || sleeping(tag));
             let writers = writers_of(child.id());
-            assert_eq!(writers.len(), 1, "{tier}: {writers:?}");
             let supervisor = cpus_allowed(child.id());
-            assert!(!supervisor.is_empty(), "{tier}: no Cpus_allowed_list");
-            assert_eq!(cpus_allowed(writers[0].0), supervisor, "{tier}");
+            let writer = writers.first().map(|w| cpus_allowed(w.0));
+            // Ended before anything is asserted: a failure leaves no session running.
             // SAFETY: a signal to the vetto this test started.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             let o = child.wait_with_output().expect("wait");
+            assert!(ran, "{tier}: the command never ran: {}", err(&o));
+            assert_eq!(writers.len(), 1, "{tier}: {writers:?}");
+            assert!(!supervisor.is_empty(), "{tier}: no Cpus_allowed_list");
+            assert_eq!(writer, Some(supervisor), "{tier}");
             assert_eq!(o.status.code(), Some(143), "{tier}: {}", err(&o));
         }
         // SAFETY: an all-zero cpu_set_t is a valid (empty) set; CPU 0 is below CPU_SETSIZE.

@@ -55,6 +55,8 @@ use serde::{Deserialize, Serialize};
 use vetto_broker::audit::event::{EndReason, Limit, SessionStart};
 use vetto_broker::audit::AuditConfig;
 
+use crate::cpus::Cpus;
+
 /// The writer's process name (`/proc/PID/comm`).
 pub const WRITER_NAME: &std::ffi::CStr = c"vetto-audit";
 
@@ -238,66 +240,6 @@ pub fn spawn(
             })))
         }
     }
-}
-
-/// The CPUs the writer may use while it opens the store: its own (the supervisor's) affinity
-/// without the CPU the supervisor runs on when it forks.
-///
-/// A forked child starts on its parent's CPU, and the scheduler may run it there at once,
-/// the parent waiting: the writer's start (SQLite's first connection, the first append, ~1 ms
-/// of CPU) then held the supervisor off its CPU while the other one was idle. Measured on this
-/// 2-CPU machine, FS-ONLY (whose supervisor goes on building the sandbox's view right after the
-/// fork): the fork took 0.12 ms in about half the runs and ~1 ms in the others, 1.4-2 ms in
-/// every run after 0.3 s idle; kept off the supervisor's CPU, 0.15-0.3 ms in every run. Once
-/// `session_start` is stored the writer takes its whole affinity back: at the session's end it
-/// is woken like any task, onto an idle CPU.
-#[derive(Clone, Copy)]
-struct Cpus {
-    /// The affinity it was forked with.
-    all: libc::cpu_set_t,
-    /// Without the supervisor's CPU at the fork.
-    others: libc::cpu_set_t,
-}
-
-impl Cpus {
-    /// `None` when the caller may run on fewer than two CPUs (nothing to keep off), or cannot
-    /// tell.
-    fn now() -> Option<Cpus> {
-        // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
-        let mut all: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: fills the set we own, of the size given.
-        let r =
-            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut all) };
-        // SAFETY: no arguments.
-        let cpu = unsafe { libc::sched_getcpu() };
-        let cpu = usize::try_from(cpu).ok()?;
-        if r != 0 || cpu >= libc::CPU_SETSIZE as usize {
-            return None;
-        }
-        let mut others = all;
-        // SAFETY: set operations on sets we own, with a CPU number below CPU_SETSIZE.
-        let (n_all, n_others) = unsafe {
-            libc::CPU_CLR(cpu, &mut others);
-            (libc::CPU_COUNT(&all), libc::CPU_COUNT(&others))
-        };
-        (n_all >= 2 && n_others > 0).then_some(Cpus { all, others })
-    }
-
-    /// Keep process `pid` (0: this one) off the supervisor's CPU. Best effort: a refusal (a
-    /// seccomp filter of an enclosing sandbox) only costs the time measured above.
-    fn keep_off(&self, pid: libc::pid_t) {
-        set_affinity(pid, &self.others);
-    }
-
-    /// Give this process its whole affinity back.
-    fn restore(&self) {
-        set_affinity(0, &self.all);
-    }
-}
-
-fn set_affinity(pid: libc::pid_t, set: &libc::cpu_set_t) {
-    // SAFETY: reads the set we own, of the size given; pid is our child or ourselves.
-    unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), set) };
 }
 
 fn send<T: Serialize>(sock: &mut UnixStream, v: &T) -> Result<()> {
@@ -600,51 +542,6 @@ mod tests {
         assert!(reads > 1 && start.elapsed() >= Duration::from_millis(5));
         assert_eq!(settled(|| Some(1), Duration::from_secs(5)), Some(1));
         assert_eq!(settled(|| None, Duration::from_secs(5)), None);
-    }
-
-    /// The writer's start-up CPUs: the affinity without the CPU the caller runs on, and none
-    /// to keep off on a single CPU. (This test thread's affinity is changed, then restored.)
-    #[test]
-    fn the_writers_cpus_leave_out_the_callers_and_need_two() {
-        let size = std::mem::size_of::<libc::cpu_set_t>();
-        // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
-        let mut mine: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: fills the set we own, of the size given.
-        assert_eq!(unsafe { libc::sched_getaffinity(0, size, &mut mine) }, 0);
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            // SAFETY: a CPU number below CPU_SETSIZE, in a set we own.
-            .filter(|&c| unsafe { libc::CPU_ISSET(c, &mine) })
-            .collect();
-        let only = |list: &[usize]| {
-            // SAFETY: as above.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            for &c in list {
-                // SAFETY: as above.
-                unsafe { libc::CPU_SET(c, &mut set) };
-            }
-            set
-        };
-        let members = |set: &libc::cpu_set_t| -> Vec<usize> {
-            // SAFETY: as above.
-            cpus.iter()
-                .copied()
-                .filter(|&c| unsafe { libc::CPU_ISSET(c, set) })
-                .collect()
-        };
-        set_affinity(0, &only(&cpus[..1]));
-        assert!(Cpus::now().is_none(), "one CPU: nothing to keep off");
-        if cpus.len() >= 2 {
-            let two = [cpus[0], cpus[1]];
-            set_affinity(0, &only(&two));
-            let c = Cpus::now().expect("two CPUs");
-            assert_eq!(members(&c.all), two.to_vec());
-            let others = members(&c.others);
-            assert!(
-                others == vec![two[0]] || others == vec![two[1]],
-                "one of the two, the one not run on: {others:?}"
-            );
-        }
-        set_affinity(0, &mine);
     }
 
     #[test]
