@@ -620,6 +620,16 @@ mod tests {
         );
     }
 
+    /// The one cache file a test's directory holds.
+    fn the_file(dir: &Path) -> std::path::PathBuf {
+        std::fs::read_dir(dir)
+            .expect("ls")
+            .flatten()
+            .next()
+            .expect("the cache file")
+            .path()
+    }
+
     #[test]
     fn a_malformed_file_is_an_empty_cache() {
         let t = tempfile::tempdir().expect("tmp");
@@ -627,12 +637,7 @@ mod tests {
         let mut c = ListingCache::open(t.path(), proj);
         c.put((1, 2), (1_000, 0), true, &entries(&[("a", false)]));
         c.save().expect("save");
-        let file = std::fs::read_dir(t.path())
-            .expect("ls")
-            .flatten()
-            .next()
-            .expect("the cache file")
-            .path();
+        let file = the_file(t.path());
         let good = std::fs::read(&file).expect("read");
         for cut in [good.len() - 1, 12, 0] {
             std::fs::write(&file, &good[..cut]).expect("w");
@@ -662,12 +667,7 @@ mod tests {
         c.put((1, 3), at, true, &entries(&[("b", false), ("c", true)]));
         c.put((1, 4), at, true, &entries(&[("x", false)]));
         c.save().expect("save");
-        let file = std::fs::read_dir(t.path())
-            .expect("ls")
-            .flatten()
-            .next()
-            .expect("the cache file")
-            .path();
+        let file = the_file(t.path());
         let good = std::fs::read(&file).expect("read");
         let find =
             |b: &[u8], rec: &[u8]| b.windows(rec.len()).position(|w| w == rec).expect("record");
