@@ -334,81 +334,97 @@ both!(
     }
 );
 
-/// A process's `Cpus_allowed_list` (`/proc/PID/status`).
-fn cpus_allowed(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// The CPUs a process may run on (`Cpus_allowed_list` of `/proc/PID/status`: `0-3,6`).
+fn cpus_allowed(pid: u32) -> Vec<u32> {
+    let list = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|v| v.trim().to_string())
-        .unwrap_or_default()
+        .find_map(|l| {
+            l.strip_prefix("Cpus_allowed_list:")
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    let mut cpus = vec![];
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+            cpus.extend(a..=b);
+        }
+    }
+    cpus
 }
 
-// The writer opens the store off the supervisor's CPU (audit/writer.rs, `Cpus`) and takes the
-// supervisor's whole affinity back once `session_start` is stored: while the command runs the
-// two are the same, in both tiers. A supervisor allowed a single CPU keeps nothing off it, and
-// its session is recorded as any other.
-both!(
-    the_writer_has_the_supervisors_cpus_once_the_start_is_stored,
-    |f| {
-        let base = 4751 + 10 * u32::from(f.uid != 0);
-        for (n, tier) in [(0, "full"), (1, "fs-only")] {
-            let tag = &(base + n).to_string();
-            let child = spawn_retrying(
-                f.run_command(&["--tier", tier], &["sleep", tag], &f.base_env())
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped()),
-            );
-            let ran = eventually(10, || sleeping(tag));
-            let writers = writers_of(child.id());
-            let supervisor = cpus_allowed(child.id());
-            let writer = writers.first().map(|w| cpus_allowed(w.0));
-            // Ended before anything is asserted: a failure leaves no session running.
-            // SAFETY: a signal to the vetto this test started.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let o = child.wait_with_output().expect("wait");
-            assert!(ran, "{tier}: the command never ran: {}", err(&o));
-            assert_eq!(writers.len(), 1, "{tier}: {writers:?}");
-            assert!(!supervisor.is_empty(), "{tier}: no Cpus_allowed_list");
-            assert_eq!(writer, Some(supervisor), "{tier}");
-            assert_eq!(o.status.code(), Some(143), "{tier}: {}", err(&o));
-        }
-        // SAFETY: an all-zero cpu_set_t is a valid (empty) set; CPU 0 is below CPU_SETSIZE.
-        let one = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            let mut mine: libc::cpu_set_t = std::mem::zeroed();
-            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mine);
-            let first = (0..libc::CPU_SETSIZE as usize)
-                .find(|&c| libc::CPU_ISSET(c, &mine))
-                .unwrap_or(0);
-            libc::CPU_SET(first, &mut set);
-            set
-        };
-        let before = events(f, &[]).len();
-        let mut c = f.run_command(&[], &["/bin/true"], &f.base_env());
-        {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: only sched_setaffinity (async-signal-safe) runs between fork and exec.
-            unsafe {
-                c.pre_exec(move || {
-                    match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) {
-                        0 => Ok(()),
-                        _ => Err(std::io::Error::last_os_error()),
-                    }
-                });
+// The writer runs off the CPU the supervisor forked it on (shim/src/cpus.rs): while the
+// command runs, its CPUs are the supervisor's but one, in both tiers. A supervisor allowed a
+// single CPU keeps nothing off it, and its session is recorded as any other.
+both!(the_writer_runs_off_the_cpu_it_was_forked_on, |f| {
+    let base = 4751 + 10 * u32::from(f.uid != 0);
+    for (n, tier) in [(0, "full"), (1, "fs-only")] {
+        let tag = &(base + n).to_string();
+        let child = spawn_retrying(
+            f.run_command(&["--tier", tier], &["sleep", tag], &f.base_env())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        );
+        let ran = eventually(10, || sleeping(tag));
+        let writers = writers_of(child.id());
+        let supervisor = cpus_allowed(child.id());
+        let writer = writers.first().map(|w| cpus_allowed(w.0));
+        // Ended before anything is asserted: a failure leaves no session running.
+        // SAFETY: a signal to the vetto this test started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let o = child.wait_with_output().expect("wait");
+        assert!(ran, "{tier}: the command never ran: {}", err(&o));
+        assert_eq!(writers.len(), 1, "{tier}: {writers:?}");
+        assert!(!supervisor.is_empty(), "{tier}: no Cpus_allowed_list");
+        let writer = writer.unwrap_or_default();
+        match supervisor.len() {
+            1 => assert_eq!(writer, supervisor, "{tier}: one CPU, nothing kept off"),
+            n => {
+                assert_eq!(writer.len(), n - 1, "{tier}: {writer:?} of {supervisor:?}");
+                assert!(
+                    writer.iter().all(|c| supervisor.contains(c)),
+                    "{tier}: {writer:?} of {supervisor:?}"
+                );
             }
         }
-        let o = vetto_integration::output_of(c.stdin(Stdio::null()));
-        assert!(o.status.success(), "one CPU: {}", err(&o));
-        let ev = events(f, &[]);
-        assert_eq!(ev.len(), before + 2, "one CPU: start and end recorded");
-        assert_eq!(
-            ev.last().map(|e| e["kind"].clone()),
-            Some("session_end".into())
-        );
+        assert_eq!(o.status.code(), Some(143), "{tier}: {}", err(&o));
     }
-);
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) set; CPU 0 is below CPU_SETSIZE.
+    let one = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let mut mine: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mine);
+        let first = (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &mine))
+            .unwrap_or(0);
+        libc::CPU_SET(first, &mut set);
+        set
+    };
+    let before = events(f, &[]).len();
+    let mut c = f.run_command(&[], &["/bin/true"], &f.base_env());
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only sched_setaffinity (async-signal-safe) runs between fork and exec.
+        unsafe {
+            c.pre_exec(move || {
+                match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+    }
+    let o = vetto_integration::output_of(c.stdin(Stdio::null()));
+    assert!(o.status.success(), "one CPU: {}", err(&o));
+    let ev = events(f, &[]);
+    assert_eq!(ev.len(), before + 2, "one CPU: start and end recorded");
+    assert_eq!(
+        ev.last().map(|e| e["kind"].clone()),
+        Some("session_end".into())
+    );
+});
 
 // A supervisor killed outright takes its writer with it (PR_SET_PDEATHSIG): no process of
 // the session stays behind holding the store.

@@ -381,7 +381,7 @@ impl Ending {
 struct Outputs<'a> {
     report: Option<&'a Path>,
     summary: bool,
-    /// Where to run until `session_start` is stored ([`Cpus`]).
+    /// Off the supervisor's CPU ([`Cpus`]).
     cpus: Option<Cpus>,
 }
 
@@ -491,9 +491,6 @@ fn serve(
         }
     };
     reply(&mut sock, "ok");
-    if let Some(c) = &out.cpus {
-        c.restore();
-    }
     let mut line = String::new();
     loop {
         line.clear();
