@@ -68,9 +68,26 @@ const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
 /// `MOUNT_ATTR_RDONLY`.
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+/// `MOUNT_ATTR_NOSUID`.
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+/// `MOUNT_ATTR_NODEV`.
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+/// `MOUNT_ATTR_NOEXEC`.
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+/// The `MOUNT_ATTR_*` bit a config.json mount option sets (`ro`, `nosuid`, `nodev`,
+/// `noexec`); `Some(0)` for the options that set none (`rw`, `bind`, `rbind`); `None` for
+/// any other.
+pub fn attr_bit(option: &str) -> Option<u64> {
+    match option {
+        "ro" => Some(MOUNT_ATTR_RDONLY),
+        "nosuid" => Some(MOUNT_ATTR_NOSUID),
+        "nodev" => Some(MOUNT_ATTR_NODEV),
+        "noexec" => Some(MOUNT_ATTR_NOEXEC),
+        "rw" | "bind" | "rbind" => Some(0),
+        _ => None,
+    }
+}
 const FSOPEN_CLOEXEC: u32 = 0x1;
 const FSMOUNT_CLOEXEC: u32 = 0x1;
 const FSCONFIG_SET_STRING: u32 = 1;
@@ -142,7 +159,7 @@ fn stat_fd(fd: &OwnedFd, path: &Path) -> Result<libc::stat, MountError> {
 }
 
 /// `fstat(2)` of a descriptor (also one this process does not own, such as stdio).
-pub(crate) fn fstat(fd: RawFd) -> std::io::Result<libc::stat> {
+pub fn fstat(fd: RawFd) -> std::io::Result<libc::stat> {
     // SAFETY: fstat fills a zeroed struct we own.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above; fstat only reads the descriptor (EBADF if it is not open).
@@ -199,7 +216,9 @@ pub fn clone_tree(
         .map_err(os("open_tree", path))
 }
 
-fn attach(tree: &OwnedFd, target: &OwnedFd, path: &Path) -> Result<(), MountError> {
+/// `move_mount` of the detached `tree` onto `target` (an `O_PATH` descriptor of the mount
+/// point). `path` names it in errors.
+pub fn attach(tree: &OwnedFd, target: &OwnedFd, path: &Path) -> Result<(), MountError> {
     // SAFETY: two valid descriptors and empty C strings.
     check(unsafe {
         libc::syscall(
@@ -237,12 +256,27 @@ fn fsconfig(
 }
 
 fn empty_tmpfs(path: &Path) -> Result<OwnedFd, MountError> {
+    let attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    new_tmpfs(
+        &[(c"mode", c"000"), (c"size", c"4k"), (c"nr_inodes", c"1")],
+        attrs,
+        path,
+    )
+}
+
+/// A new tmpfs, detached (attach it with [`attach`]): `options` are its `key=value`
+/// parameters (`mode`, `size`), `attrs` its `MOUNT_ATTR_*` bits. `path` names it in errors.
+pub fn new_tmpfs(
+    options: &[(&std::ffi::CStr, &std::ffi::CStr)],
+    attrs: u64,
+    path: &Path,
+) -> Result<OwnedFd, MountError> {
     // SAFETY: a valid C string.
     let fs = owned(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) })
         .map_err(os("fsopen tmpfs", path))?;
-    fsconfig(&fs, c"mode", c"000", path)?;
-    fsconfig(&fs, c"size", c"4k", path)?;
-    fsconfig(&fs, c"nr_inodes", c"1", path)?;
+    for (k, v) in options {
+        fsconfig(&fs, k, v, path)?;
+    }
     // SAFETY: a valid fs context; no pointers.
     check(unsafe {
         libc::syscall(
@@ -255,7 +289,6 @@ fn empty_tmpfs(path: &Path) -> Result<OwnedFd, MountError> {
         )
     })
     .map_err(os("fsconfig create", path))?;
-    let attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
     // SAFETY: a valid, created fs context; no pointers.
     owned(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
         .map_err(os("fsmount", path))

@@ -407,6 +407,26 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             crate::nested::PARENT_POLICY_PATH
         )));
     }
+    // The mounts the supervisor makes itself (rootfs.rs's `Premade`), out of config.json.
+    let links: Vec<PathBuf> = t.rootfs_links.iter().map(|(l, _)| l.clone()).collect();
+    let all_mounts: Vec<Value> = spec["mounts"].as_array().cloned().unwrap_or_default();
+    let pre = crate::rootfs::premade(&all_mounts, &links, &|p: &Path| {
+        p.metadata().is_ok_and(|m| m.is_dir() || m.is_file())
+    });
+    let premade: Vec<Value> = all_mounts
+        .iter()
+        .zip(&pre)
+        .filter(|(_, p)| **p)
+        .map(|(m, _)| m.clone())
+        .collect();
+    spec["mounts"] = Value::from(
+        all_mounts
+            .iter()
+            .zip(&pre)
+            .filter(|(_, p)| !**p)
+            .map(|(m, _)| m.clone())
+            .collect::<Vec<_>>(),
+    );
     // Compact: libcontainer reads it back once, and no one else reads it. (The plan is not
     // written beside it: the init gets it in memory, and nothing read the copy.)
     std::fs::write(bundle.join("config.json"), serde_json::to_vec(&spec)?)
@@ -418,11 +438,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         std::os::unix::fs::symlink(target, rootfs.join(rel))
             .with_context(|| format!("rootfs link {}", link.display()))?;
     }
-    if let Some(mounts) = spec["mounts"].as_array() {
-        let links: Vec<PathBuf> = t.rootfs_links.iter().map(|(l, _)| l.clone()).collect();
-        let dirs = crate::rootfs::mount_points(mounts, &links, &|p: &Path| p.is_dir());
-        crate::rootfs::make(&rootfs, &dirs);
-    }
+    let dirs = crate::rootfs::mount_points(&all_mounts, &links, &|p: &Path| p.is_dir());
+    crate::rootfs::make(&rootfs, &dirs);
     ph.mark("bundle");
 
     // RLIMIT_NPROC does not bind host root: a root caller's process limit is a pids cgroup.
@@ -441,6 +458,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let audit_pending =
         audit::start_writer(audit_cfg.as_ref(), &sess.id, audit_start, &args.audit)?;
     userns::enter(facts.uid, facts.gid)?;
+    let premade: Vec<&Value> = premade.iter().collect();
+    let mut premade = crate::rootfs::Premade::make(&rootfs, &premade)?;
     ph.mark("userns");
 
     let tty = pty::is_tty(0) && pty::is_tty(1);
@@ -571,6 +590,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
     };
     let _ = std::env::set_current_dir(&cwd);
+    // The sandbox has its copies of the premade mounts: the supervisor's go, while the
+    // command starts.
+    premade.detach();
     if let Some(r) = review.as_mut() {
         // The sandbox runs on the set from now on: it is kept, whatever happens next.
         if let Err(e) = r.start() {

@@ -394,6 +394,61 @@ both!(sessions_are_cleaned_up, |f| {
     );
 });
 
+// The binds and tmpfs mounts the supervisor makes before libcontainer runs (rootfs.rs's
+// `Premade`) carry the flags the bundle asks for: system directories read-only, nosuid,
+// nodev; the project writable but nosuid, nodev; HOME and /tmp private tmpfs, nosuid, nodev,
+// HOME mode 700. Read from the sandbox's own mount table; the writes really land or fail.
+both!(the_supervisors_mounts_carry_the_bundles_flags, |f| {
+    let o = f.run_sh(
+        &[],
+        "awk '{print $5, $6}' /proc/self/mountinfo; stat -c 'home %a' ~; \
+         touch /usr/vetto-x 2>/dev/null || echo usr-refused; \
+         touch ./written && echo proj-written; touch ~/h && echo home-written",
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let text = out(&o);
+    let flags = |dest: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.split(' ').next() == Some(dest))
+            .unwrap_or_else(|| panic!("no mount at {dest}: {text}"));
+        line.split(' ')
+            .nth(1)
+            .unwrap_or("")
+            .split(',')
+            .map(str::to_string)
+            .collect()
+    };
+    let has = |dest: &str, want: &[&str]| {
+        let got = flags(dest);
+        for w in want {
+            assert!(got.iter().any(|g| g == w), "{dest}: {got:?} lacks {w}");
+        }
+    };
+    has("/usr", &["ro", "nosuid", "nodev"]);
+    has("/etc", &["ro", "nosuid", "nodev"]);
+    let proj = f.proj.to_string_lossy().to_string();
+    has(&proj, &["rw", "nosuid", "nodev"]);
+    has("/tmp", &["rw", "nosuid", "nodev"]);
+    let home = f.home.to_string_lossy().to_string();
+    has(&home, &["rw", "nosuid", "nodev"]);
+    assert!(text.contains("home 700"), "{text}");
+    assert!(text.contains("usr-refused"), "{text}");
+    assert!(
+        text.contains("proj-written") && f.proj.join("written").exists(),
+        "{text}"
+    );
+    assert!(
+        text.contains("home-written") && !f.home.join("h").exists(),
+        "{text}"
+    );
+    assert!(
+        f.leftover_sessions().is_empty(),
+        "{:?}",
+        f.leftover_sessions()
+    );
+});
+
 both!(wall_clock_kills_the_sandbox, |f| {
     let start = std::time::Instant::now();
     let o = f.run_sh(&["--wall-clock", "1s"], "sleep 30");
