@@ -26,7 +26,7 @@ pub(super) fn delete(root: &Path, log: &Logger, a: &liboci_cli::Delete) -> Resul
                         a.container_id,
                         vetto_broker::error_chain(&e)
                     ));
-                    kill_recorded_init(root, &a.container_id);
+                    kill_recorded_init(root, log, &a.container_id);
                     let _ = std::fs::remove_dir_all(root.join(&a.container_id));
                 }
                 Err(e) => return Err(e.into()),
@@ -40,7 +40,7 @@ pub(super) fn delete(root: &Path, log: &Logger, a: &liboci_cli::Delete) -> Resul
         // someone else's: remove the state without signalling anyone.
         Err(e @ OciError::NotOurInit { .. }) if a.force => {
             log.debug(&format!("delete --force: {e}; removing the state only"));
-            kill_recorded_init(root, &a.container_id);
+            kill_recorded_init(root, log, &a.container_id);
             let _ = std::fs::remove_dir_all(root.join(&a.container_id));
             finish(root, &a.container_id, log, Ending::deleted());
         }
@@ -50,12 +50,25 @@ pub(super) fn delete(root: &Path, log: &Logger, a: &liboci_cli::Delete) -> Resul
 }
 
 /// The init this runtime recorded, if it is still that process, goes (with it, its PID
-/// namespace).
-fn kill_recorded_init(root: &Path, id: &str) {
-    if let Some((pid, start)) = ShimState::load(root, id).ok().and_then(|s| s.init) {
+/// namespace); then the cgroup this runtime recorded for the container, once empty (what
+/// libcontainer's delete would have removed, here from vetto's own record, not from the
+/// state file that could not be used).
+fn kill_recorded_init(root: &Path, log: &Logger, id: &str) {
+    let Ok(record) = ShimState::load(root, id) else {
+        return;
+    };
+    if let Some((pid, start)) = record.init {
         let now = u32::try_from(pid).ok().and_then(crate::session::start_time);
         if now == Some(start) {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    if let Some(cg) = &record.cgroup {
+        let wait = std::time::Duration::from_secs(2);
+        if let Err(e) = super::prepare::remove_cgroup(Path::new("/sys/fs/cgroup"), cg, wait) {
+            log.warn(&format!(
+                "delete --force {id}: cgroup {cg}: {e}; left in place"
+            ));
         }
     }
 }

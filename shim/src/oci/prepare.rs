@@ -101,6 +101,11 @@ pub struct ShimState {
     /// The audit session of a hardened container (set once `session_start` is recorded).
     #[serde(default)]
     pub audit: Option<Session>,
+    /// The container's cgroup, as a cgroupfs path from the hierarchies' roots, when this
+    /// runtime made it there (not a systemd scope, not a rootless read-only view): what a
+    /// `delete --force` that could not go through libcontainer removes ([`remove_cgroup`]).
+    #[serde(default)]
+    pub cgroup: Option<String>,
 }
 
 /// A state file this runtime reads back must be what it wrote: a regular file (not a symlink)
@@ -749,6 +754,30 @@ pub fn prepare(
         spec["linux"]["cgroupsPath"] = Value::String(path);
     }
 
+    // One container, one cgroup (runc refuses the same; runtime-spec lets a runtime reject
+    // an unfit cgroup): a cgroup that already holds processes is another container's (the
+    // same id under another --root, or a cgroupsPath given twice), and this container's
+    // kill and delete would kill them, its limits replace theirs.
+    let mut cgroup = None;
+    if cgroups != super::Cgroups::ReadOnlyView && !systemd {
+        if let Some(path) = spec.pointer("/linux/cgroupsPath").and_then(Value::as_str) {
+            cgroup = path.starts_with('/').then(|| path.to_string());
+            if path.split('/').any(|c| c == "..") {
+                return Err(OciError::Config(format!(
+                    "linux.cgroupsPath {path:?}: a \"..\" component; name the cgroup by its own path"
+                )));
+            }
+            if let Some((dir, n)) = populated_cgroup(Path::new("/sys/fs/cgroup"), path) {
+                return Err(OciError::Config(format!(
+                    "linux.cgroupsPath {path:?}: the cgroup is not empty ({n} process(es) in {}): \
+                     it belongs to another container, whose processes this container's kill and \
+                     delete would kill; give this container its own id or cgroupsPath",
+                    dir.display()
+                )));
+            }
+        }
+    }
+
     // Rootless without cgroups (see `rootless_cgroup_view`): the container's cgroup mount
     // becomes a read-only bind of the view this process shows at /sys/fs/cgroup.
     if cgroups == super::Cgroups::ReadOnlyView {
@@ -787,6 +816,7 @@ pub fn prepare(
         broker_pid: None,
         init: None,
         audit: None,
+        cgroup,
     };
     let hardening = state.hardening()?;
     let summary = match &state.plan {
@@ -924,6 +954,66 @@ pub(super) fn unapplied_resources(
         }
     }
     out
+}
+
+/// The directories of cgroup `path` (absolute, from the hierarchies' roots) that exist: in
+/// the unified hierarchy mounted at `root`, and in every hierarchy mounted below it (cgroup
+/// v1's controllers, a hybrid host's `unified`). None for a relative path (under the caller's
+/// own cgroup), the root cgroup itself, or a `..`.
+fn cgroup_dirs(root: &Path, path: &str) -> Option<Vec<PathBuf>> {
+    let rel: PathBuf = path
+        .strip_prefix('/')?
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    if rel.as_os_str().is_empty() || rel.components().any(|c| c.as_os_str() == "..") {
+        return None;
+    }
+    let mut tops = vec![root.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(root) {
+        tops.extend(entries.flatten().map(|e| e.path()));
+    }
+    Some(
+        tops.into_iter()
+            .map(|top| top.join(&rel))
+            .filter(|d| d.join("cgroup.procs").exists())
+            .collect(),
+    )
+}
+
+/// The first directory of cgroup `path` ([`cgroup_dirs`]) that holds a process, with its
+/// count. A relative path is not looked up: it cannot be another `--root`'s default.
+fn populated_cgroup(root: &Path, path: &str) -> Option<(PathBuf, usize)> {
+    cgroup_dirs(root, path)?.into_iter().find_map(|dir| {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).ok()?;
+        let n = procs.lines().filter(|l| !l.trim().is_empty()).count();
+        (n > 0).then_some((dir, n))
+    })
+}
+
+/// Removes the (emptied) cgroup at `path` from every hierarchy ([`cgroup_dirs`]), waiting up
+/// to `wait` for its processes to be gone (a killed init's PID namespace empties it as the
+/// kernel finishes them). Only `rmdir`: a cgroup that still holds a process is left, and
+/// named. The parents (`/vetto-shim`) stay, as libcontainer leaves them.
+pub(super) fn remove_cgroup(
+    root: &Path,
+    path: &str,
+    wait: std::time::Duration,
+) -> Result<(), String> {
+    let mut dirs = cgroup_dirs(root, path)
+        .ok_or_else(|| format!("{path:?} is not a cgroup this runtime makes"))?;
+    let until = std::time::Instant::now() + wait;
+    loop {
+        dirs.retain(|d| std::fs::remove_dir(d).is_err() && d.exists());
+        if dirs.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= until {
+            let left: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            return Err(format!("still in use: {}", left.join(", ")));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Where systemd puts the scope of `slice:prefix:name` (`system.slice:docker:ID` →
@@ -1125,5 +1215,69 @@ mod resources_tests {
         let v = unapplied_resources(&hp, false, &|c| c == "pids");
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("hugetlb"), "{v:?}");
+    }
+}
+
+#[cfg(test)]
+mod populated_cgroup_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::populated_cgroup;
+
+    #[test]
+    fn a_cgroup_with_a_process_in_any_hierarchy_is_found() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        // A hybrid host: v1 controllers, the unified hierarchy, and the root's own files.
+        for d in [
+            "cpu,cpuacct/vetto-shim/a",
+            "pids/vetto-shim/a",
+            "unified/vetto-shim/b",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("cgroup.procs"), "1\n").unwrap();
+        std::fs::write(root.join("cpu,cpuacct/vetto-shim/a/cgroup.procs"), "").unwrap();
+        std::fs::write(root.join("pids/vetto-shim/a/cgroup.procs"), "41\n42\n").unwrap();
+        std::fs::write(root.join("unified/vetto-shim/b/cgroup.procs"), "\n").unwrap();
+        assert_eq!(
+            populated_cgroup(root, "/vetto-shim/a"),
+            Some((root.join("pids/vetto-shim/a"), 2))
+        );
+        // Empty everywhere, absent, or not a path from the roots: nothing.
+        assert_eq!(populated_cgroup(root, "/vetto-shim/b"), None);
+        assert_eq!(populated_cgroup(root, "/vetto-shim/c"), None);
+        assert_eq!(populated_cgroup(root, "vetto-shim/a"), None);
+        assert_eq!(
+            populated_cgroup(root, "//vetto-shim/./a/"),
+            Some((root.join("pids/vetto-shim/a"), 2))
+        );
+        // The root cgroup itself is every process's: never "another container's".
+        assert_eq!(populated_cgroup(root, "/"), None);
+    }
+
+    /// `remove_cgroup` removes with `rmdir` only, and names what it could not remove (here a
+    /// directory with a file in it, as a cgroup holding a process refuses `rmdir`); it refuses
+    /// a path that is no cgroup of its own.
+    #[test]
+    fn a_cgroup_is_removed_only_by_rmdir() {
+        use super::remove_cgroup;
+        use std::time::Duration;
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        std::fs::create_dir_all(root.join("pids/vetto-shim/a")).unwrap();
+        std::fs::write(root.join("pids/vetto-shim/a/cgroup.procs"), "7\n").unwrap();
+        let e = remove_cgroup(root, "/vetto-shim/a", Duration::ZERO).unwrap_err();
+        assert!(
+            e.contains("still in use") && e.contains("pids/vetto-shim/a"),
+            "{e}"
+        );
+        assert!(root.join("pids/vetto-shim/a/cgroup.procs").exists());
+        assert_eq!(
+            remove_cgroup(root, "/vetto-shim/none", Duration::ZERO),
+            Ok(())
+        );
+        for bad in ["/", "vetto-shim/a", "/vetto-shim/../x"] {
+            assert!(remove_cgroup(root, bad, Duration::ZERO).is_err(), "{bad}");
+        }
     }
 }
