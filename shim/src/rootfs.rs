@@ -203,7 +203,7 @@ impl Premade {
     /// Bind `rootfs` onto itself (one mount to detach later) and make `mounts` inside it, in
     /// order. The caller is in its private mount namespace. On an error, nothing stays
     /// mounted.
-    pub fn make(rootfs: &Path, mounts: &[&Value]) -> anyhow::Result<Premade> {
+    pub fn make(rootfs: &Path, mounts: &[Value]) -> anyhow::Result<Premade> {
         use anyhow::Context;
         let mut p = Premade {
             rootfs: rootfs.to_path_buf(),
@@ -214,20 +214,8 @@ impl Premade {
         }
         let c = std::ffi::CString::new(rootfs.as_os_str().as_encoded_bytes())
             .context("rootfs: its path holds a NUL")?;
-        // SAFETY: valid C strings; a bind in the caller's private mount namespace.
-        if unsafe {
-            libc::mount(
-                c.as_ptr(),
-                c.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        } != 0
-        {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("rootfs: binding {} onto itself", rootfs.display()));
-        }
+        crate::userns::bind(&c, &c)
+            .with_context(|| format!("rootfs: binding {} onto itself", rootfs.display()))?;
         p.mounted = true;
         let root = vetto_hooks::mounts::open_nofollow(rootfs)
             .map_err(|e| anyhow::anyhow!("rootfs: {e}"))?;

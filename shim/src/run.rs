@@ -413,20 +413,14 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let pre = crate::rootfs::premade(&all_mounts, &links, &|p: &Path| {
         p.metadata().is_ok_and(|m| m.is_dir() || m.is_file())
     });
-    let premade: Vec<Value> = all_mounts
-        .iter()
-        .zip(&pre)
-        .filter(|(_, p)| **p)
-        .map(|(m, _)| m.clone())
-        .collect();
-    spec["mounts"] = Value::from(
-        all_mounts
-            .iter()
-            .zip(&pre)
-            .filter(|(_, p)| !**p)
-            .map(|(m, _)| m.clone())
-            .collect::<Vec<_>>(),
-    );
+    let (mut premade, mut left) = (vec![], vec![]);
+    for (m, p) in all_mounts.iter().zip(&pre) {
+        match p {
+            true => premade.push(m.clone()),
+            false => left.push(m.clone()),
+        }
+    }
+    spec["mounts"] = Value::from(left);
     // Compact: libcontainer reads it back once, and no one else reads it. (The plan is not
     // written beside it: the init gets it in memory, and nothing read the copy.)
     std::fs::write(bundle.join("config.json"), serde_json::to_vec(&spec)?)
@@ -458,7 +452,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let audit_pending =
         audit::start_writer(audit_cfg.as_ref(), &sess.id, audit_start, &args.audit)?;
     userns::enter(facts.uid, facts.gid)?;
-    let premade: Vec<&Value> = premade.iter().collect();
     let mut premade = crate::rootfs::Premade::make(&rootfs, &premade)?;
     ph.mark("userns");
 

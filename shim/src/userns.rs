@@ -38,12 +38,10 @@ pub(crate) const CGROUP2_MAGIC: i64 = 0x6367_7270;
 /// `statfs` magic of tmpfs (the cgroup v1 / hybrid root).
 pub(crate) const TMPFS_MAGIC: i64 = 0x0102_1994;
 
-/// Bind `src` over `dst` read-only, keeping the flags the kernel locks in a user namespace.
-/// Read-only, libcontainer's cgroup manager gets EROFS for the cgroup it would create and
-/// leaves the container in the caller's cgroup: no cgroup is made or joined, for root and
-/// rootless alike, and none can be left behind.
-pub(crate) fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Result<()> {
-    // SAFETY: valid C strings; a bind mount inside our private mount namespace.
+/// A plain bind (`MS_BIND`, not recursive) of `src` onto `dst`, in the caller's mount
+/// namespace, which must be its private one.
+pub(crate) fn bind(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> std::io::Result<()> {
+    // SAFETY: valid C strings; a bind mount inside the caller's private mount namespace.
     if unsafe {
         libc::mount(
             src.as_ptr(),
@@ -54,11 +52,18 @@ pub(crate) fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Resu
         )
     } != 0
     {
-        bail!(
-            "mount namespace: binding {:?} read-only: {}",
-            dst,
-            std::io::Error::last_os_error()
-        );
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bind `src` over `dst` read-only, keeping the flags the kernel locks in a user namespace.
+/// Read-only, libcontainer's cgroup manager gets EROFS for the cgroup it would create and
+/// leaves the container in the caller's cgroup: no cgroup is made or joined, for root and
+/// rootless alike, and none can be left behind.
+pub(crate) fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Result<()> {
+    if let Err(e) = bind(src, dst) {
+        bail!("mount namespace: binding {:?} read-only: {e}", dst);
     }
     // SAFETY: statvfs fills a zeroed struct we own.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
