@@ -171,12 +171,15 @@ impl World {
 /// refused, naming the cgroup, and leaves nothing; the first is untouched.
 #[test]
 fn a_second_container_in_an_occupied_cgroup_is_refused() {
-    let (Some(a), Some(b)) = (World::new(), World::new()) else {
+    let (Some(a), Some(b), Some(c)) = (World::new(), World::new(), World::new()) else {
         return;
     };
-    for w in [&a, &b] {
+    for w in [&a, &b, &c] {
         w.script("sleep 300");
     }
+    // libcontainer joins a relative cgroupsPath at each hierarchy's root, as an absolute
+    // one: "vetto-shim/c-twin" is the first container's cgroup too.
+    c.edit(|v| v["linux"]["cgroupsPath"] = json!("vetto-shim/./c-twin"));
     let create = |w: &World| {
         let bundle = w.bundle();
         w.shim_detached(&[
@@ -189,6 +192,8 @@ fn a_second_container_in_an_occupied_cgroup_is_refused() {
     assert!(create(&a).success(), "create: {}", a.last_error());
     let st = create(&b);
     let e = b.last_error();
+    let relative = create(&c);
+    let e_relative = c.last_error();
     let o = a.shim(&["state", "c-twin"]);
     let first: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     let deleted = a.shim(&["delete", "--force", "c-twin"]);
@@ -198,6 +203,12 @@ fn a_second_container_in_an_occupied_cgroup_is_refused() {
         "{e}"
     );
     assert!(b.nothing_left("c-twin"));
+    assert!(!relative.success(), "the relative path's create succeeded");
+    assert!(
+        e_relative.contains("linux.cgroupsPath \"vetto-shim/./c-twin\": the cgroup is not empty"),
+        "{e_relative}"
+    );
+    assert!(c.nothing_left("c-twin"));
     assert_eq!(first["status"], "created", "{first}");
     assert!(deleted.status.success(), "delete: {}", err(&deleted));
 }

@@ -761,7 +761,9 @@ pub fn prepare(
     let mut cgroup = None;
     if cgroups != super::Cgroups::ReadOnlyView && !systemd {
         if let Some(path) = spec.pointer("/linux/cgroupsPath").and_then(Value::as_str) {
-            cgroup = path.starts_with('/').then(|| path.to_string());
+            // Recorded as the path it is, relative or absolute: both name the same
+            // directories (`cgroup_dirs`).
+            cgroup = Some(path.to_string());
             if path.split('/').any(|c| c == "..") {
                 return Err(OciError::Config(format!(
                     "linux.cgroupsPath {path:?}: a \"..\" component; name the cgroup by its own path"
@@ -956,13 +958,14 @@ pub(super) fn unapplied_resources(
     out
 }
 
-/// The directories of cgroup `path` (absolute, from the hierarchies' roots) that exist: in
-/// the unified hierarchy mounted at `root`, and in every hierarchy mounted below it (cgroup
-/// v1's controllers, a hybrid host's `unified`). None for a relative path (under the caller's
-/// own cgroup), the root cgroup itself, or a `..`.
+/// The directories of cgroup `path` that exist: in the unified hierarchy mounted at `root`,
+/// and in every hierarchy mounted below it (cgroup v1's controllers, a hybrid host's
+/// `unified`). libcgroups joins a relative path at each hierarchy's root, as an absolute
+/// one (not under the caller's own cgroup): so is it here. None for the root cgroup itself
+/// or a `..`.
 fn cgroup_dirs(root: &Path, path: &str) -> Option<Vec<PathBuf>> {
     let rel: PathBuf = path
-        .strip_prefix('/')?
+        .trim_start_matches('/')
         .split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .collect();
@@ -982,7 +985,7 @@ fn cgroup_dirs(root: &Path, path: &str) -> Option<Vec<PathBuf>> {
 }
 
 /// The first directory of cgroup `path` ([`cgroup_dirs`]) that holds a process, with its
-/// count. A relative path is not looked up: it cannot be another `--root`'s default.
+/// count.
 fn populated_cgroup(root: &Path, path: &str) -> Option<(PathBuf, usize)> {
     cgroup_dirs(root, path)?.into_iter().find_map(|dir| {
         let procs = std::fs::read_to_string(dir.join("cgroup.procs")).ok()?;
@@ -1243,16 +1246,21 @@ mod populated_cgroup_tests {
             populated_cgroup(root, "/vetto-shim/a"),
             Some((root.join("pids/vetto-shim/a"), 2))
         );
-        // Empty everywhere, absent, or not a path from the roots: nothing.
+        // Empty everywhere, or absent: nothing.
         assert_eq!(populated_cgroup(root, "/vetto-shim/b"), None);
         assert_eq!(populated_cgroup(root, "/vetto-shim/c"), None);
-        assert_eq!(populated_cgroup(root, "vetto-shim/a"), None);
-        assert_eq!(
-            populated_cgroup(root, "//vetto-shim/./a/"),
-            Some((root.join("pids/vetto-shim/a"), 2))
-        );
+        // Relative, or spelled otherwise: libcgroups makes the same directories of it.
+        for same in ["vetto-shim/a", "//vetto-shim/./a/", "./vetto-shim/a"] {
+            assert_eq!(
+                populated_cgroup(root, same),
+                Some((root.join("pids/vetto-shim/a"), 2)),
+                "{same}"
+            );
+        }
         // The root cgroup itself is every process's: never "another container's".
-        assert_eq!(populated_cgroup(root, "/"), None);
+        for top in ["/", "", ".", "./"] {
+            assert_eq!(populated_cgroup(root, top), None, "{top:?}");
+        }
     }
 
     /// `remove_cgroup` removes with `rmdir` only, and names what it could not remove (here a
@@ -1276,8 +1284,11 @@ mod populated_cgroup_tests {
             remove_cgroup(root, "/vetto-shim/none", Duration::ZERO),
             Ok(())
         );
-        for bad in ["/", "vetto-shim/a", "/vetto-shim/../x"] {
+        for bad in ["/", "", "/vetto-shim/../x", "vetto-shim/../x"] {
             assert!(remove_cgroup(root, bad, Duration::ZERO).is_err(), "{bad}");
         }
+        // A relative path names the same cgroup as the absolute one.
+        let e = remove_cgroup(root, "vetto-shim/a", Duration::ZERO).unwrap_err();
+        assert!(e.contains("pids/vetto-shim/a"), "{e}");
     }
 }
