@@ -213,6 +213,62 @@ fn a_second_container_in_an_occupied_cgroup_is_refused() {
     assert!(deleted.status.success(), "delete: {}", err(&deleted));
 }
 
+/// The same, at the same moment: two creates of one cgroup, started together, each find it
+/// empty unless the check and the init's joining are one step for the other. Exactly one
+/// succeeds; the other is refused and leaves nothing, and the first's container is intact.
+#[test]
+fn concurrent_creates_of_one_cgroup_give_it_to_one() {
+    for round in 0..3 {
+        let (Some(a), Some(b)) = (World::new(), World::new()) else {
+            return;
+        };
+        let id = format!("c-race-{round}");
+        for w in [&a, &b] {
+            w.script("sleep 300");
+        }
+        let create = |w: &World| {
+            let bundle = w.bundle();
+            w.shim_detached(&["create", "--bundle", bundle.to_str().expect("utf8"), &id])
+        };
+        let (sa, sb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| create(&a));
+            let tb = s.spawn(|| create(&b));
+            (
+                ta.join().expect("create thread"),
+                tb.join().expect("create thread"),
+            )
+        });
+        let (ea, eb) = (a.last_error(), b.last_error());
+        let pids = |w: &World| -> Vec<i64> {
+            let o = w.shim(&["ps", "--format", "json", &id]);
+            serde_json::from_slice(&o.stdout).unwrap_or_default()
+        };
+        let (pa, pb) = (pids(&a), pids(&b));
+        let deleted: Vec<bool> = [&a, &b]
+            .iter()
+            .zip([sa, sb])
+            .filter(|(_, st)| st.success())
+            .map(|(w, _)| w.shim(&["delete", "--force", &id]).status.success())
+            .collect();
+        assert!(
+            sa.success() != sb.success(),
+            "round {round}: both or neither created ({sa}, {sb}): {ea} | {eb}"
+        );
+        let (won, lost, e) = match sa.success() {
+            true => (&pa, &b, &eb),
+            false => (&pb, &a, &ea),
+        };
+        assert!(e.contains("the cgroup is not empty"), "round {round}: {e}");
+        assert!(lost.nothing_left(&id), "round {round}");
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: the created container's processes: {won:?}"
+        );
+        assert_eq!(deleted, [true], "round {round}");
+    }
+}
+
 #[test]
 fn lifecycle_create_start_state_kill_delete() {
     let Some(w) = World::new() else { return };

@@ -66,7 +66,7 @@ pub(super) fn create(
     if root.join(id).exists() || shim_dir(root, id).exists() {
         return Err(OciError::Exists(id.to_string()));
     }
-    let prepared = prepare::prepare(
+    let mut prepared = prepare::prepare(
         id,
         &c.bundle,
         root,
@@ -93,6 +93,8 @@ pub(super) fn create(
         hardening: prepared.hardening,
         mode: Mode::Detached,
     });
+    // The init is in the cgroup (or nothing is): another create of it may check now.
+    drop(prepared.claim.take());
     let c = match built.and_then(|c| match &prepared.disable_oom_killer {
         Some(r) => c.apply_resources(r, true).map(|()| c),
         None => Ok(c),

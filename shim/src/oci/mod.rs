@@ -19,6 +19,7 @@
 //! trail. Every one of them reaches libcontainer only through [`crate::engine`].
 
 mod audit;
+mod claim;
 mod create;
 mod delete;
 mod exec;

@@ -470,6 +470,9 @@ pub struct Prepared {
     pub disable_oom_killer: Option<oci_spec::runtime::LinuxResources>,
     /// libcontainer's systemd cgroup manager (`--systemd-cgroup` on a cgroup v2 host).
     pub systemd: bool,
+    /// The claim on the container's cgroup, from the check that it is empty: to be released
+    /// once libcontainer has put the init in it (or failed).
+    pub claim: Option<super::claim::Claim>,
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), OciError> {
@@ -758,7 +761,10 @@ pub fn prepare(
     // an unfit cgroup): a cgroup that already holds processes is another container's (the
     // same id under another --root, or a cgroupsPath given twice), and this container's
     // kill and delete would kill them, its limits replace theirs.
+    // The check holds the cgroup's claim (`claim.rs`) until the caller has created the
+    // container: a concurrent create of the same cgroup waits, then finds this one's init.
     let mut cgroup = None;
+    let mut claim = None;
     if cgroups != super::Cgroups::ReadOnlyView && !systemd {
         if let Some(path) = spec.pointer("/linux/cgroupsPath").and_then(Value::as_str) {
             // Recorded as the path it is, relative or absolute: both name the same
@@ -769,6 +775,7 @@ pub fn prepare(
                     "linux.cgroupsPath {path:?}: a \"..\" component; name the cgroup by its own path"
                 )));
             }
+            claim = Some(super::claim::take(&super::claim::dir()?, path)?);
             if let Some((dir, n)) = populated_cgroup(Path::new("/sys/fs/cgroup"), path) {
                 return Err(OciError::Config(format!(
                     "linux.cgroupsPath {path:?}: the cgroup is not empty ({n} process(es) in {}): \
@@ -869,6 +876,7 @@ pub fn prepare(
         approvals_db,
         disable_oom_killer,
         systemd,
+        claim,
     })
 }
 
