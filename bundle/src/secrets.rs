@@ -350,10 +350,27 @@ pub fn scan_project_cached(
     find_git: bool,
     cache: &mut ListingCache,
 ) -> Result<Scan, TranslateError> {
+    scan_within(patterns, home, project, find_git, cache, SCAN_BUDGET)
+}
+
+/// [`scan_project_cached`] with a budget of `budget` entries instead of [`SCAN_BUDGET`].
+fn scan_within(
+    patterns: &[&Sourced<String>],
+    home: &Path,
+    project: &Path,
+    find_git: bool,
+    cache: &mut ListingCache,
+    budget: usize,
+) -> Result<Scan, TranslateError> {
     for _ in 0..SCAN_ATTEMPTS {
         let mut visited = vec![];
-        let Some(scan) = scan_attempt(patterns, home, project, find_git, &mut visited, cache)?
-        else {
+        let attempt = Attempt {
+            home,
+            project,
+            find_git,
+            budget,
+        };
+        let Some(scan) = scan_attempt(patterns, &attempt, &mut visited, cache)? else {
             continue;
         };
         // A directory seen under two names was renamed during the walk (it may have hidden
@@ -728,14 +745,22 @@ impl Dir {
     }
 }
 
+/// What one walk is asked: the home and project directories, whether `.git` entries are
+/// looked for, and how many entries it may visit.
+struct Attempt<'a> {
+    home: &'a Path,
+    project: &'a Path,
+    find_git: bool,
+    budget: usize,
+}
+
 fn scan_attempt(
     patterns: &[&Sourced<String>],
-    home: &Path,
-    project: &Path,
-    find_git: bool,
+    a: &Attempt<'_>,
     visited: &mut Vec<Visited>,
     cache: &mut ListingCache,
 ) -> Result<Option<Scan>, TranslateError> {
+    let (home, project, find_git) = (a.home, a.project, a.find_git);
     let mut git_entries = vec![];
     let mut compiled = vec![];
     for p in patterns {
@@ -783,12 +808,13 @@ fn scan_attempt(
     // reached through a symlink is recorded first, as the path-based walk did).
     let mut direct: Vec<SecretMatch> = vec![];
     if !names.is_empty() || find_git {
-        let mut budget = SCAN_BUDGET;
+        let mut budget = a.budget;
         let over_budget = || TranslateError::SecretScan {
             root: project.to_path_buf(),
             reason: format!(
-                "more than {SCAN_BUDGET} entries; name the secrets with anchored paths \
-                 (e.g. `config/.env`) or narrow the project"
+                "more than {} entries; name the secrets with anchored paths \
+                 (e.g. `config/.env`) or narrow the project",
+                a.budget
             ),
         };
         let err = |root: &Path, e: std::io::Error| TranslateError::SecretScan {
@@ -1126,6 +1152,70 @@ mod tests {
             let bad: Vec<_> = bad.iter().collect();
             assert!(SecretIndex::new(&bad, &root).is_err(), "{}", bad[0].value);
         }
+    }
+
+    /// The walk fails closed past its budget of entries, cold and warm alike: the entries
+    /// of a leaf the warm walk does not open (its listing from the cache) count as if it were
+    /// read. (Fails if `cached_leaf`'s entries went uncounted: the warm walk would then pass
+    /// with less.)
+    #[test]
+    fn the_entry_budget_holds_for_cached_leaves_too() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().canonicalize().expect("c");
+        let proj = root.join("proj");
+        let state = root.join("state");
+        std::fs::create_dir_all(&state).expect("mk");
+        for d in ["a/leaf", "b/node_modules/x"] {
+            std::fs::create_dir_all(proj.join(d)).expect("mk");
+        }
+        for f in ["a/leaf/1", "a/leaf/2", "a/leaf/3", "a/leaf/4", "b/.env"] {
+            std::fs::write(proj.join(f), "K=1").expect("w");
+        }
+        // proj: a, b; a: leaf; leaf: 1-4; b: .env, node_modules (not descended into).
+        let entries = 2 + 1 + 4 + 2;
+        let pats = [src(".env*")];
+        let refs: Vec<_> = pats.iter().collect();
+        let later = {
+            let d = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("now");
+            (d.as_secs() as i64 + 3600, 0)
+        };
+        let walk = |budget: usize| {
+            let mut c = ListingCache::open_with_horizon(&state, &proj, later);
+            let r = scan_within(&refs, &root, &proj, true, &mut c, budget);
+            c.save().expect("save");
+            (r, c.unopened)
+        };
+        let over = |r: Result<Scan, TranslateError>| match r {
+            Err(TranslateError::SecretScan { reason, .. }) => {
+                reason.starts_with(&format!("more than {} entries", entries - 1))
+            }
+            _ => false,
+        };
+        assert!(over(walk(entries - 1).0), "cold, one entry short");
+        let (cold, _) = walk(entries);
+        assert_eq!(
+            cold.expect("cold, exactly enough").secrets[0].path,
+            proj.join("b/.env")
+        );
+        // Warm: the cache knows every listing; `leaf` (and so its four entries) is not
+        // opened.
+        let (warm, unopened) = walk(entries);
+        assert_eq!(
+            unopened, 1,
+            "the leaf was opened: this walk is not the cached one"
+        );
+        assert_eq!(
+            warm.expect("warm, exactly enough").secrets[0].path,
+            proj.join("b/.env")
+        );
+        let (r, unopened) = walk(entries - 1);
+        assert_eq!(unopened, 1);
+        assert!(over(r), "warm, one entry short");
+        // And the binaries' budget is the constant.
+        let mut c = ListingCache::open_with_horizon(&state, &proj, later);
+        assert!(scan_project_cached(&refs, &root, &proj, true, &mut c).is_ok());
     }
 
     /// A warm walk does not open the leaves its cache knows (directories whose listing holds
