@@ -1154,17 +1154,28 @@ mod tests {
         }
     }
 
+    /// A temporary directory (kept alive by the first value) with a project and a listing
+    /// cache's state directory in it, and a horizon after which every ctime so far is trusted
+    /// (no waiting out the racy window).
+    fn cache_world() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf, Stamp) {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().canonicalize().expect("c");
+        let proj = root.join("proj");
+        let state = root.join("state");
+        std::fs::create_dir_all(&state).expect("mk");
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("now");
+        (t, root, proj, state, (d.as_secs() as i64 + 3600, 0))
+    }
+
     /// The walk fails closed past its budget of entries, cold and warm alike: the entries
     /// of a leaf the warm walk does not open (its listing from the cache) count as if it were
     /// read. (Fails if `cached_leaf`'s entries went uncounted: the warm walk would then pass
     /// with less.)
     #[test]
     fn the_entry_budget_holds_for_cached_leaves_too() {
-        let t = tempfile::tempdir().expect("tmp");
-        let root = t.path().canonicalize().expect("c");
-        let proj = root.join("proj");
-        let state = root.join("state");
-        std::fs::create_dir_all(&state).expect("mk");
+        let (_t, root, proj, state, later) = cache_world();
         for d in ["a/leaf", "b/node_modules/x"] {
             std::fs::create_dir_all(proj.join(d)).expect("mk");
         }
@@ -1175,12 +1186,6 @@ mod tests {
         let entries = 2 + 1 + 4 + 2;
         let pats = [src(".env*")];
         let refs: Vec<_> = pats.iter().collect();
-        let later = {
-            let d = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("now");
-            (d.as_secs() as i64 + 3600, 0)
-        };
         let walk = |budget: usize| {
             let mut c = ListingCache::open_with_horizon(&state, &proj, later);
             let r = scan_within(&refs, &root, &proj, true, &mut c, budget);
@@ -1224,11 +1229,7 @@ mod tests {
     /// changed is read again, and one replaced by a symlink is not followed.
     #[test]
     fn a_warm_walk_skips_only_the_leaves_it_may() {
-        let t = tempfile::tempdir().expect("tmp");
-        let root = t.path().canonicalize().expect("c");
-        let proj = root.join("proj");
-        let state = root.join("state");
-        std::fs::create_dir_all(&state).expect("mk");
+        let (_t, root, proj, state, later) = cache_world();
         for d in [
             "a/leaf1",
             "a/leaf2/node_modules/x",
@@ -1244,13 +1245,6 @@ mod tests {
         std::fs::write(root.join("outside.env"), "K=1").expect("w");
         let pats = [src(".env*")];
         let refs: Vec<_> = pats.iter().collect();
-        // Every ctime so far is trusted (no waiting out the racy window).
-        let later = {
-            let d = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("now");
-            (d.as_secs() as i64 + 3600, 0)
-        };
         let walk_with = |refs: &[&Sourced<String>]| {
             let mut c = ListingCache::open_with_horizon(&state, &proj, later);
             let s = scan_project_cached(refs, &root, &proj, true, &mut c).expect("scan");
