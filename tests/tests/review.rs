@@ -392,6 +392,23 @@ both!(applies_and_discards_are_recorded_in_the_audit_trail, |f| {
             && recs[0]["change_set"] == other.as_str(),
         "{recs:?}"
     );
+    // `vetto audit sessions` lists the three review sessions, each with its start and end,
+    // and no change set as a session of its own (each set's records are under its id).
+    let o = f.vetto(&["audit", "sessions", "--json"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let rows: Vec<serde_json::Value> = out(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["start"]["kind"], "session_start", "{r}");
+        assert_eq!(r["end"]["kind"], "session_end", "{r}");
+        let session = r["session"].as_str().unwrap_or_default();
+        assert!(![&id, &third, &other].iter().any(|s| *s == session), "{r}");
+    }
+    let o = f.vetto(&["audit", "sessions"]);
+    assert!(!out(&o).contains("(no end recorded)"), "{}", out(&o));
 
     // An audit store that cannot be opened (its key is not a key): nothing is discarded.
     let key = f.home.join(".local/state/vetto/audit/audit.key");

@@ -670,7 +670,8 @@ impl Store {
         Ok(out)
     }
 
-    /// Every session, oldest first.
+    /// Every session, oldest first: every id with a `session_start` (not the ids of other
+    /// records' groups, such as a change set's `changes` records).
     pub fn sessions(&self) -> Result<Vec<SessionRow>, AuditError> {
         let e = sql(&self.paths.db, "reading");
         let mut st = self
@@ -681,7 +682,8 @@ impl Store {
                     (SELECT body FROM records r2 WHERE r2.session = r.session AND kind = 'session_end' ORDER BY seq DESC LIMIT 1),
                     SUM(kind = 'connection' AND json_extract(body, '$.decision') = 'allow'),
                     SUM(kind = 'connection' AND json_extract(body, '$.decision') != 'allow')
-                 FROM records r GROUP BY session ORDER BY MIN(seq)",
+                 FROM records r GROUP BY session
+                 HAVING SUM(kind = 'session_start') > 0 ORDER BY MIN(seq)",
             )
             .map_err(&e)?;
         let parse = |b: Option<String>| b.and_then(|b| serde_json::from_str(&b).ok());
