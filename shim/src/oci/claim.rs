@@ -81,21 +81,29 @@ fn private(d: &Path, uid: u32) -> Result<(), OciError> {
 }
 
 /// The claim file's name for cgroup `path`: its components (as `cgroup_dirs` reads them,
-/// relative and absolute alike) joined by `%2F`, `%` itself escaped.
+/// relative and absolute alike) joined by `%2F`, `%` itself escaped; a name too long for a
+/// file name is replaced by its SHA-256 (`sha256-<hex>`, which no escaped name can be).
 fn file_name(path: &str) -> String {
-    path.split('/')
+    use sha2::{Digest, Sha256};
+    let name = path
+        .split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .map(|c| c.replace('%', "%25"))
         .collect::<Vec<_>>()
-        .join("%2F")
+        .join("%2F");
+    match name.len() > 200 {
+        true => format!("sha256-{}", crate::audit::hex(&Sha256::digest(&name))),
+        false => name,
+    }
 }
 
 /// Waits for, and takes, the claim on cgroup `path` in claims directory `dir`.
 pub fn take(dir: &Path, path: &str) -> Result<Claim, OciError> {
     let name = file_name(path);
-    if name.is_empty() || name.len() > 255 {
+    if name.is_empty() {
         return Err(OciError::Config(format!(
-            "linux.cgroupsPath {path:?}: not a cgroup a container can have to itself"
+            "linux.cgroupsPath {path:?}: the root cgroup, which is every process's: name a \
+             cgroup of the container's own"
         )));
     }
     let at = dir.join(name);
@@ -148,6 +156,15 @@ mod tests {
         assert_eq!(file_name("//a%2Fb"), "a%252Fb");
         assert_ne!(file_name("/a%2Fb"), file_name("/a/b"));
         assert_eq!(file_name("/"), "");
+        // Too long for a file name: its digest, the same however spelled.
+        let long = format!("/k/{}", "p".repeat(300));
+        let hashed = file_name(&long);
+        assert!(
+            hashed.starts_with("sha256-") && hashed.len() == 7 + 64,
+            "{hashed}"
+        );
+        assert_eq!(file_name(&format!("k//./{}", "p".repeat(300))), hashed);
+        assert_ne!(file_name(&format!("/k/{}", "p".repeat(301))), hashed);
     }
 
     /// A second claim on the same cgroup waits until the first is released, and then holds
@@ -156,6 +173,10 @@ mod tests {
     fn a_claim_waits_for_the_holder() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().to_path_buf();
+        for root_cgroup in ["/", "./", "//."] {
+            let e = take(&dir, root_cgroup).unwrap_err().to_string();
+            assert!(e.contains("the root cgroup"), "{e}");
+        }
         let first = take(&dir, "/vetto-shim/a").unwrap();
         let other = take(&dir, "/vetto-shim/b").unwrap();
         let (tx, rx) = mpsc::channel();
