@@ -16,6 +16,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::OciError;
 
@@ -97,8 +98,14 @@ fn file_name(path: &str) -> String {
     }
 }
 
-/// Waits for, and takes, the claim on cgroup `path` in claims directory `dir`.
-pub fn take(dir: &Path, path: &str) -> Result<Claim, OciError> {
+/// How long a create waits for another create's claim on the same cgroup. A create takes
+/// milliseconds; one that holds a claim longer is stuck (or was killed after forking the
+/// init, which keeps the lock until it is started or killed), and this create, which would
+/// be refused once the other's init is in the cgroup anyway, fails instead of waiting.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Waits (up to `wait`) for, and takes, the claim on cgroup `path` in claims directory `dir`.
+pub fn take(dir: &Path, path: &str, wait: Duration) -> Result<Claim, OciError> {
     let name = file_name(path);
     if name.is_empty() {
         return Err(OciError::Config(format!(
@@ -112,6 +119,7 @@ pub fn take(dir: &Path, path: &str) -> Result<Claim, OciError> {
         path: at.clone(),
         source,
     };
+    let until = Instant::now() + wait;
     loop {
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -122,12 +130,24 @@ pub fn take(dir: &Path, path: &str) -> Result<Claim, OciError> {
             .open(&at)
             .map_err(io)?;
         // SAFETY: flock on a descriptor this function owns; no memory is involved.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
+            match e.raw_os_error() {
+                Some(libc::EWOULDBLOCK) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                Some(libc::EWOULDBLOCK) => {
+                    return Err(OciError::Config(format!(
+                        "linux.cgroupsPath {path:?}: another create of this cgroup has held it \
+                         for {} s (stuck, or killed after it made its container's init): \
+                         delete that container, or give this one its own id or cgroupsPath",
+                        wait.as_secs()
+                    )))
+                }
+                Some(libc::EINTR) => continue,
+                _ => return Err(io(e)),
             }
-            return Err(io(e));
         }
         let held = file.metadata().map_err(io)?;
         match std::fs::symlink_metadata(&at) {
@@ -147,7 +167,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use std::sync::mpsc;
-    use std::time::Duration;
 
     #[test]
     fn one_cgroup_has_one_name_however_spelled() {
@@ -174,21 +193,29 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().to_path_buf();
         for root_cgroup in ["/", "./", "//."] {
-            let e = take(&dir, root_cgroup).unwrap_err().to_string();
+            let e = take(&dir, root_cgroup, WAIT).unwrap_err().to_string();
             assert!(e.contains("the root cgroup"), "{e}");
         }
-        let first = take(&dir, "/vetto-shim/a").unwrap();
-        let other = take(&dir, "/vetto-shim/b").unwrap();
+        let first = take(&dir, "/vetto-shim/a", WAIT).unwrap();
+        let other = take(&dir, "/vetto-shim/b", WAIT).unwrap();
         let (tx, rx) = mpsc::channel();
         let d = dir.clone();
         let waiter = std::thread::spawn(move || {
-            let c = take(&d, "vetto-shim/a").unwrap();
+            let c = take(&d, "vetto-shim/a", WAIT).unwrap();
             tx.send(()).unwrap();
             c
         });
         assert!(
             rx.recv_timeout(Duration::from_millis(300)).is_err(),
             "the second claim did not wait"
+        );
+        // One that will not wait as long is refused, saying why.
+        let e = take(&dir, "/vetto-shim/a", Duration::from_millis(50))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("another create of this cgroup has held it"),
+            "{e}"
         );
         drop(first);
         rx.recv_timeout(Duration::from_secs(10))
@@ -199,7 +226,7 @@ mod tests {
         // the same (the container's init is forked while its create holds the claim).
         let shared = second.file.try_clone().unwrap();
         drop(second);
-        let third = take(&dir, "/vetto-shim/a").unwrap();
+        let third = take(&dir, "/vetto-shim/a", WAIT).unwrap();
         drop(shared);
         let second = third;
         drop(second);

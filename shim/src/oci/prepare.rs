@@ -775,7 +775,11 @@ pub fn prepare(
                     "linux.cgroupsPath {path:?}: a \"..\" component; name the cgroup by its own path"
                 )));
             }
-            claim = Some(super::claim::take(&super::claim::dir()?, path)?);
+            claim = Some(super::claim::take(
+                &super::claim::dir()?,
+                path,
+                super::claim::WAIT,
+            )?);
             if let Some((dir, n)) = populated_cgroup(Path::new("/sys/fs/cgroup"), path) {
                 return Err(OciError::Config(format!(
                     "linux.cgroupsPath {path:?}: the cgroup is not empty ({n} process(es) in {}): \
