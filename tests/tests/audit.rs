@@ -426,8 +426,9 @@ both!(the_writer_runs_off_the_cpu_it_was_forked_on, |f| {
     );
 });
 
-// A supervisor killed outright takes its writer with it (PR_SET_PDEATHSIG): no process of
-// the session stays behind holding the store.
+// A supervisor killed outright leaves no session open in the store and no process behind
+// holding it: its writer sees the connection close, records the end as `lost` (saying the
+// supervisor ended before it recorded the end), and exits.
 both!(a_killed_supervisor_leaves_no_audit_writer, |f| {
     // The root and rootless variants run at once: each has its own tag.
     let tag = &(4731 + u32::from(f.uid != 0)).to_string();
@@ -457,6 +458,25 @@ both!(a_killed_supervisor_leaves_no_audit_writer, |f| {
         eventually(5, || !sleeping(tag)),
         "the sandbox outlived its supervisor"
     );
+    let ev = events(f, &[]);
+    let start = ev
+        .iter()
+        .rfind(|e| e["kind"] == "session_start" && e["argv"][1] == tag.as_str())
+        .unwrap_or_else(|| panic!("no session_start for sleep {tag}: {ev:?}"));
+    let ends: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["kind"] == "session_end" && e["session"] == start["session"])
+        .collect();
+    assert_eq!(ends.len(), 1, "{ev:?}");
+    assert_eq!(ends[0]["reason"], "lost", "{}", ends[0]);
+    assert_eq!(ends[0]["status"], Value::Null, "{}", ends[0]);
+    let control = ends[0]["control"].as_str().unwrap_or_default();
+    assert!(
+        control.contains("supervisor ended, or closed the session, before it recorded"),
+        "{control}"
+    );
+    let (ok, text) = verify(f);
+    assert!(ok, "{text}");
 });
 
 both!(a_rejected_policy_leaves_a_refusal, |f| {

@@ -44,6 +44,10 @@ pub enum EndReason {
     SetupFailure,
     /// A shim container was deleted; its engine reaped it, so its status is not known here.
     Deleted,
+    /// The supervisor ended (was killed) or gave the session up without recording its end:
+    /// its audit writer recorded this when their connection closed (see `control`). The
+    /// command's status is not known.
+    Lost,
 }
 
 impl EndReason {
@@ -56,6 +60,7 @@ impl EndReason {
             EndReason::Killed => "killed",
             EndReason::SetupFailure => "setup_failure",
             EndReason::Deleted => "deleted",
+            EndReason::Lost => "lost",
         }
     }
 }

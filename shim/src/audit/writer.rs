@@ -34,10 +34,13 @@
 //! - **What is printed, and when.** The writer sends what it has to say (problems, the
 //!   summary) with its answer, and the supervisor prints it where it printed it before.
 //!
-//! The writer cannot outlive the supervisor: it dies with it (`PR_SET_PDEATHSIG`), and it
-//! stops when the socket closes. Its own process group keeps the terminal's signals (Ctrl-C
-//! is the supervisor's to forward) off it; it ignores them besides. It keeps nothing of the
-//! supervisor's descriptors but stderr.
+//! The writer outlives the supervisor only to end the record: when the socket closes without
+//! a `session_end` (the supervisor was killed, or gave the session up), it records one with
+//! reason `lost`, saying which, and exits. It is not killed with the supervisor
+//! (`PR_SET_PDEATHSIG` would take that record with it); a supervisor gone before the writer
+//! started leaves it nothing to record, and it leaves at once. Its own process group keeps
+//! the terminal's signals (Ctrl-C is the supervisor's to forward) off it; it ignores them
+//! besides. It keeps nothing of the supervisor's descriptors but stderr.
 //!
 //! Protocol (one line each): the writer answers `ok` or `error: …` once `session_start` is
 //! written; then the supervisor sends `Request`s (JSON), and the writer answers
@@ -398,12 +401,11 @@ fn writer_main(
     if let Some(c) = &out.cpus {
         c.keep_off(0);
     }
-    // SAFETY: integer-only calls on this process: die with the supervisor (and leave if it
-    // is gone already), and a process group of its own, away from the terminal's signals.
+    // SAFETY: integer-only calls on this process: leave if the supervisor is gone already
+    // (nothing is recorded yet), and a process group of its own, away from the terminal's
+    // signals.
     unsafe {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
-            || libc::getppid() != parent
-        {
+        if libc::getppid() != parent {
             libc::_exit(1);
         }
         libc::setpgid(0, 0);
@@ -495,8 +497,21 @@ fn serve(
     loop {
         line.clear();
         if sock.read_line(&mut line).unwrap_or(0) == 0 {
-            // The supervisor ended without a session_end (killed): as when it recorded itself.
-            return 0;
+            // The supervisor ended, or closed the session, without a session_end: the record
+            // says so instead of staying open. Its report is written; nobody reads a summary.
+            // (Whether the supervisor is dead cannot be told yet: its descriptors close
+            // before it is reparented.)
+            let control = "vetto's supervisor ended, or closed the session, before it recorded \
+                           the session's end (was it killed?); the command's status is not known";
+            let (recorded, _) = local.end(
+                None,
+                None,
+                EndReason::Lost,
+                Some(control.into()),
+                out.report,
+                false,
+            );
+            return i32::from(!recorded);
         }
         match serde_json::from_str::<Request>(&line) {
             Ok(Request::Limit(l)) => local.limit(l),
