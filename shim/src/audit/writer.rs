@@ -36,7 +36,7 @@
 //!
 //! The writer outlives the supervisor only to end the record: when the socket closes without
 //! a `session_end` (the supervisor was killed, or gave the session up), it records one with
-//! reason `lost`, saying which, and exits. It is not killed with the supervisor
+//! reason `lost`, saying so, and exits. It is not killed with the supervisor
 //! (`PR_SET_PDEATHSIG` would take that record with it); a supervisor gone before the writer
 //! started leaves it nothing to record, and it leaves at once. Its own process group keeps
 //! the terminal's signals (Ctrl-C is the supervisor's to forward) off it; it ignores them

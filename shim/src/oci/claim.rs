@@ -226,10 +226,8 @@ mod tests {
         // the same (the container's init is forked while its create holds the claim).
         let shared = second.file.try_clone().unwrap();
         drop(second);
-        let third = take(&dir, "/vetto-shim/a", WAIT).unwrap();
+        drop(take(&dir, "/vetto-shim/a", Duration::from_secs(2)).unwrap());
         drop(shared);
-        let second = third;
-        drop(second);
         drop(other);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "claims left");
     }
