@@ -186,6 +186,67 @@ impl Local {
         }
     }
 
+    /// End, as `lost`, each session of `sessions` that this store holds a `session_start` of
+    /// and no `session_end`: sessions whose supervisor and writer both ended before the end
+    /// was recorded (killed together, or the machine stopped), found when their directories
+    /// were swept as stale. The duration is up to the last record of them. A failure is noted
+    /// (shown with the end), not fatal.
+    pub fn end_abandoned(&mut self, sessions: &[String]) {
+        use std::fmt::Write as _;
+        for id in sessions {
+            let records = match self.rec.store().query(&Filter {
+                session: Some(id.clone()),
+                ..Filter::default()
+            }) {
+                Ok(r) => r,
+                Err(e) => {
+                    writeln!(
+                        self.notes,
+                        "vetto: audit: reading session {id}: {}",
+                        error_chain(&e)
+                    )
+                    .ok();
+                    continue;
+                }
+            };
+            let start = records
+                .iter()
+                .find(|r| matches!(r.event.kind, EventKind::SessionStart(_)));
+            let ended = records
+                .iter()
+                .any(|r| matches!(r.event.kind, EventKind::SessionEnd(_)));
+            let (Some(start), false, Some(last)) = (start, ended, records.last()) else {
+                continue;
+            };
+            let ms = |t: &str| parse_rfc3339(t).unwrap_or(0);
+            let end = SessionEnd {
+                status: None,
+                signal: None,
+                duration_ms: ms(&last.event.time).saturating_sub(ms(&start.event.time)),
+                reason: EndReason::Lost,
+                control: Some(format!(
+                    "vetto's supervisor and its audit writer both ended before they recorded the \
+                     session's end (killed together, or the machine stopped); found by session {} \
+                     when it swept this one's directory; its last record was at {}; the \
+                     command's status is not known",
+                    self.rec.session(),
+                    last.event.time
+                )),
+            };
+            if let Err(e) =
+                self.rec
+                    .record_batch_as(id, vec![(now_ms(), EventKind::SessionEnd(end))], true)
+            {
+                writeln!(
+                    self.notes,
+                    "vetto: audit: ending abandoned session {id}: {}",
+                    error_chain(&e)
+                )
+                .ok();
+            }
+        }
+    }
+
     /// Record `session_end` with a signed checkpoint, export, and write the report. Returns
     /// whether the end was recorded, and what to show on stderr (problems, the summary): the
     /// supervisor prints it, in its own order.

@@ -348,7 +348,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
                 .map_err(|e| anyhow::anyhow!(vetto_broker::error_chain(&e)))?;
         }
     }
-    session::sweep_stale(&root);
+    let swept = session::sweep_stale(&root);
     // FS-ONLY has no libcontainer state; its session directory holds the approvals' control
     // socket when the broker runs.
     if tier == Tier::FsOnly {
@@ -555,6 +555,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         },
         None => None,
     };
+    if let Some(l) = live.as_mut() {
+        // Sessions swept as stale at the start whose end was never recorded: the writer ends
+        // them while this one runs (nothing is sent when none was swept).
+        l.abandoned(swept);
+    }
     ph.mark("audit start");
     let setup_failed = |live: Option<audit::Live>, what: &anyhow::Error| {
         end_setup_failure(live, format!("{what:#}"));

@@ -333,11 +333,13 @@ fn claim(lock: &Path, between: &mut dyn FnMut()) -> Result<Option<fs::File>> {
 }
 
 /// Remove sessions that are not live (their supervisor crashed or was SIGKILLed), never a
-/// live one; see the module documentation for the protocol.
-pub fn sweep_stale(root: &Path) {
+/// live one; see the module documentation for the protocol. Returns the ids of those removed
+/// (for the audit trail: a session whose end was never recorded is ended as `lost`).
+pub fn sweep_stale(root: &Path) -> Vec<String> {
+    let mut swept = vec![];
     let sessions = root.join("sessions");
     let Ok(rd) = fs::read_dir(&sessions) else {
-        return;
+        return swept;
     };
     let mut ids = std::collections::BTreeSet::new();
     for e in rd.flatten() {
@@ -350,13 +352,17 @@ pub fn sweep_stale(root: &Path) {
         }
     }
     for id in ids {
-        if let Err(err) = sweep_one(&sessions, &id) {
-            tracing::warn!(id, "cannot sweep stale session: {err:#}");
+        match sweep_one(&sessions, &id) {
+            Ok(true) => swept.push(id),
+            Ok(false) => {}
+            Err(err) => tracing::warn!(id, "cannot sweep stale session: {err:#}"),
         }
     }
+    swept
 }
 
-fn sweep_one(sessions: &Path, id: &str) -> Result<()> {
+/// Sweep session `id` if it is stale: whether it was.
+fn sweep_one(sessions: &Path, id: &str) -> Result<bool> {
     let dir = sessions.join(id);
     let lock_path = sessions.join(format!("{id}.lock"));
     let lock = match fs::OpenOptions::new()
@@ -370,17 +376,17 @@ fn sweep_one(sessions: &Path, id: &str) -> Result<()> {
             }
             if !try_lock(&f).context("locking")? || !still_named(&f, &lock_path)? {
                 // Live, or somebody else has just finished with it.
-                return Ok(());
+                return Ok(false);
             }
             f
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if !orphan_is_stale(&dir)? {
-                return Ok(());
+                return Ok(false);
             }
             match claim(&lock_path, &mut || {})? {
                 Some(f) => f,
-                None => return Ok(()),
+                None => return Ok(false),
             }
         }
         Err(e) => return Err(e).with_context(|| format!("opening {}", lock_path.display())),
@@ -393,7 +399,7 @@ fn sweep_one(sessions: &Path, id: &str) -> Result<()> {
     }
     fs::remove_file(&lock_path).with_context(|| format!("removing {}", lock_path.display()))?;
     drop(lock);
-    Ok(())
+    Ok(true)
 }
 
 /// A session directory without a lock file: may it be removed? (See the module docs.)
@@ -577,7 +583,11 @@ mod tests {
         assert!(s.bundle().is_dir() && s.state().is_dir());
         // flock belongs to the open file description: another open of it conflicts.
         assert!(locked_elsewhere(&lock));
-        sweep_stale(t.path());
+        assert_eq!(
+            sweep_stale(t.path()),
+            Vec::<String>::new(),
+            "a live one swept"
+        );
         assert!(s.bundle().is_dir() && s.state().is_dir() && lock.is_file());
         assert_eq!(
             entries(t.path()),
@@ -600,7 +610,11 @@ mod tests {
         // A lock-less directory whose supervisor is dead (from a vetto before lock files).
         fs::create_dir_all(sessions.join("vetto-3-cc/state")).expect("mk");
         fs::write(sessions.join("vetto-3-cc/supervisor"), "999999 1\n").expect("w");
-        sweep_stale(t.path());
+        // Each swept one is named (its audit record, if it has no end, is ended as lost).
+        assert_eq!(
+            sweep_stale(t.path()),
+            ["vetto-1-aa", "vetto-2-bb", "vetto-3-cc"]
+        );
         assert!(entries(t.path()).is_empty(), "{:?}", entries(t.path()));
     }
 
@@ -622,7 +636,7 @@ mod tests {
         // Not a session at all.
         fs::create_dir(sessions.join("other")).expect("mk");
         std::os::unix::fs::symlink("/", sessions.join("vetto-6-ff")).expect("ln");
-        sweep_stale(t.path());
+        assert_eq!(sweep_stale(t.path()), Vec::<String>::new());
         assert_eq!(
             entries(t.path()),
             vec!["other", "vetto-4-dd", "vetto-5-ee", "vetto-6-ff"]

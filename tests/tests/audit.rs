@@ -479,6 +479,64 @@ both!(a_killed_supervisor_leaves_no_audit_writer, |f| {
     assert!(ok, "{text}");
 });
 
+// The supervisor and its writer killed together (a killed process tree, a stopped machine):
+// nothing ends the record then. The next session sweeps the dead one's directory, and its
+// writer ends that record as `lost`, naming itself.
+both!(a_session_killed_with_its_writer_is_ended_by_the_next, |f| {
+    let tag = &(4741 + u32::from(f.uid != 0)).to_string();
+    let child = spawn_retrying(
+        f.run_command(&[], &["sleep", tag], &f.base_env())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    assert!(eventually(10, || sleeping(tag)), "the command never ran");
+    let writers = writers_of(child.id());
+    assert_eq!(writers.len(), 1, "{writers:?}");
+    // SAFETY: SIGKILL to the writer, then the supervisor, that this test started.
+    unsafe {
+        libc::kill(writers[0].0 as i32, libc::SIGKILL);
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    let mut child = child;
+    let _ = child.wait();
+    assert!(
+        eventually(5, || !sleeping(tag)),
+        "the sandbox outlived its supervisor"
+    );
+    let dead = events(f, &[])
+        .into_iter()
+        .rfind(|e| e["kind"] == "session_start" && e["argv"][1] == tag.as_str())
+        .and_then(|e| e["session"].as_str().map(str::to_string))
+        .expect("the killed session's start");
+    let ends =
+        |f: &Fixture| -> Vec<Value> { events(f, &["--session", &dead, "--kind", "session_end"]) };
+    assert!(ends(f).is_empty(), "ended by whom? {:?}", ends(f));
+    // The next session sweeps it and ends it, before its own end.
+    let o = f.run_sh(&[], "true");
+    assert!(o.status.success(), "{}", err(&o));
+    let ended = ends(f);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    let next = events(f, &["--kind", "session_start"])
+        .last()
+        .and_then(|e| e["session"].as_str().map(str::to_string))
+        .expect("the next session");
+    assert_ne!(next, dead);
+    assert_eq!(ended[0]["reason"], "lost", "{}", ended[0]);
+    assert_eq!(ended[0]["status"], Value::Null, "{}", ended[0]);
+    let control = ended[0]["control"].as_str().unwrap_or_default();
+    assert!(
+        control.contains("both ended before they recorded")
+            && control.contains(&format!("found by session {next}")),
+        "{control}"
+    );
+    // Once only: a later session finds nothing more to end.
+    assert!(f.run_sh(&[], "true").status.success());
+    assert_eq!(ends(f).len(), 1);
+    let (ok, text) = verify(f);
+    assert!(ok, "{text}");
+});
+
 both!(a_rejected_policy_leaves_a_refusal, |f| {
     let p = policy(f, "bad.toml", "[filesystem]\nprojcet = \"write\"\n");
     let o = f.run_sh(&["--policy", &p], "touch ran");

@@ -180,9 +180,21 @@ impl Recorder {
         events: Vec<(u64, EventKind)>,
         checkpoint: bool,
     ) -> Result<Vec<Stored>, AuditError> {
+        let session = self.session.clone();
+        self.record_batch_as(&session, events, checkpoint)
+    }
+
+    /// [`Recorder::record_batch`] under another session's id (its numbering continues): for
+    /// a session whose own writer could not end it.
+    pub fn record_batch_as(
+        &mut self,
+        session: &str,
+        events: Vec<(u64, EventKind)>,
+        checkpoint: bool,
+    ) -> Result<Vec<Stored>, AuditError> {
         let events = events
             .into_iter()
-            .map(|(t, k)| (t, self.session.clone(), k.sanitized()))
+            .map(|(t, k)| (t, session.to_string(), k.sanitized()))
             .collect();
         let stored = self.store.append(&self.key, events, checkpoint)?;
         if let Some(j) = self.jsonl.as_mut() {

@@ -69,6 +69,9 @@ pub const WRITER_NAME: &std::ffi::CStr = c"vetto-audit";
 enum Request {
     /// Record a limit the session reached.
     Limit(Limit),
+    /// End, as `lost`, the sessions whose directories this session swept as stale, where
+    /// the store holds their start and no end (see `Local::end_abandoned`).
+    Abandoned(Vec<String>),
     /// Record `session_end` (with a signed checkpoint), export, write the report; answer with
     /// what to print; then exit.
     End {
@@ -302,6 +305,17 @@ impl Live {
         }
     }
 
+    /// End the sessions this one swept as stale (`session::sweep_stale`), where the store
+    /// holds their start and no end. The writer does it while the session runs.
+    pub fn abandoned(&mut self, sessions: Vec<String>) {
+        if sessions.is_empty() {
+            return;
+        }
+        if let Err(e) = send(self.0.sock.get_mut(), &Request::Abandoned(sessions)) {
+            eprintln!("vetto: audit: the sessions swept as stale could not be ended: {e:#}");
+        }
+    }
+
     /// Record `session_end` with a signed checkpoint, export, and write the report and summary.
     /// Returns false if the end could not be recorded.
     pub fn end(
@@ -515,6 +529,7 @@ fn serve(
         }
         match serde_json::from_str::<Request>(&line) {
             Ok(Request::Limit(l)) => local.limit(l),
+            Ok(Request::Abandoned(ids)) => local.end_abandoned(&ids),
             Ok(Request::End {
                 status,
                 signal,
