@@ -426,12 +426,8 @@ both!(the_writer_runs_off_the_cpu_it_was_forked_on, |f| {
     );
 });
 
-// A supervisor killed outright leaves no session open in the store and no process behind
-// holding it: its writer sees the connection close, records the end as `lost` (saying the
-// supervisor ended before it recorded the end), and exits.
-both!(a_killed_supervisor_leaves_no_audit_writer, |f| {
-    // The root and rootless variants run at once: each has its own tag.
-    let tag = &(4731 + u32::from(f.uid != 0)).to_string();
+/// `sleep TAG` in a session, once it runs: the supervisor and its audit writer's pid.
+fn sleeping_session(f: &Fixture, tag: &str) -> (Child, u32) {
     let child = spawn_retrying(
         f.run_command(&[], &["sleep", tag], &f.base_env())
             .stdin(Stdio::null())
@@ -441,7 +437,16 @@ both!(a_killed_supervisor_leaves_no_audit_writer, |f| {
     assert!(eventually(10, || sleeping(tag)), "the command never ran");
     let writers = writers_of(child.id());
     assert_eq!(writers.len(), 1, "{writers:?}");
-    let writer = writers[0].0;
+    (child, writers[0].0)
+}
+
+// A supervisor killed outright leaves no session open in the store and no process behind
+// holding it: its writer sees the connection close, records the end as `lost` (saying the
+// supervisor ended before it recorded the end), and exits.
+both!(a_killed_supervisor_leaves_no_audit_writer, |f| {
+    // The root and rootless variants run at once: each has its own tag.
+    let tag = &(4731 + u32::from(f.uid != 0)).to_string();
+    let (child, writer) = sleeping_session(f, tag);
     // SAFETY: SIGKILL to the child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let mut child = child;
@@ -484,18 +489,10 @@ both!(a_killed_supervisor_leaves_no_audit_writer, |f| {
 // writer ends that record as `lost`, naming itself.
 both!(a_session_killed_with_its_writer_is_ended_by_the_next, |f| {
     let tag = &(4741 + u32::from(f.uid != 0)).to_string();
-    let child = spawn_retrying(
-        f.run_command(&[], &["sleep", tag], &f.base_env())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    assert!(eventually(10, || sleeping(tag)), "the command never ran");
-    let writers = writers_of(child.id());
-    assert_eq!(writers.len(), 1, "{writers:?}");
+    let (child, writer) = sleeping_session(f, tag);
     // SAFETY: SIGKILL to the writer, then the supervisor, that this test started.
     unsafe {
-        libc::kill(writers[0].0 as i32, libc::SIGKILL);
+        libc::kill(writer as i32, libc::SIGKILL);
         libc::kill(child.id() as i32, libc::SIGKILL);
     }
     let mut child = child;
