@@ -81,14 +81,12 @@ fn private(d: &Path, uid: u32) -> Result<(), OciError> {
     Ok(())
 }
 
-/// The claim file's name for cgroup `path`: its components (as `cgroup_dirs` reads them,
-/// relative and absolute alike) joined by `%2F`, `%` itself escaped; a name too long for a
-/// file name is replaced by its SHA-256 (`sha256-<hex>`, which no escaped name can be).
+/// The claim file's name for cgroup `path`: its components (`cgroup_components`, as its
+/// directories are found) joined by `%2F`, `%` itself escaped; a name too long for a file
+/// name is replaced by its SHA-256 (`sha256-<hex>`, which no escaped name can be).
 fn file_name(path: &str) -> String {
     use sha2::{Digest, Sha256};
-    let name = path
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
+    let name = super::prepare::cgroup_components(path)
         .map(|c| c.replace('%', "%25"))
         .collect::<Vec<_>>()
         .join("%2F");

@@ -970,17 +970,21 @@ pub(super) fn unapplied_resources(
     out
 }
 
+/// The components of cgroup path `path` as libcgroups resolves it, relative and absolute
+/// alike (empty ones and `.` dropped): one cgroup, one sequence, however it is spelled. Both
+/// the cgroup's directories ([`cgroup_dirs`]) and its claim's name (`claim.rs`) are made of
+/// them, so the two always name the same cgroup.
+pub(super) fn cgroup_components(path: &str) -> impl Iterator<Item = &str> {
+    path.split('/').filter(|c| !c.is_empty() && *c != ".")
+}
+
 /// The directories of cgroup `path` that exist: in the unified hierarchy mounted at `root`,
 /// and in every hierarchy mounted below it (cgroup v1's controllers, a hybrid host's
 /// `unified`). libcgroups joins a relative path at each hierarchy's root, as an absolute
 /// one (not under the caller's own cgroup): so is it here. None for the root cgroup itself
 /// or a `..`.
 fn cgroup_dirs(root: &Path, path: &str) -> Option<Vec<PathBuf>> {
-    let rel: PathBuf = path
-        .trim_start_matches('/')
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
+    let rel: PathBuf = cgroup_components(path).collect();
     if rel.as_os_str().is_empty() || rel.components().any(|c| c.as_os_str() == "..") {
         return None;
     }
