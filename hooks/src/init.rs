@@ -45,6 +45,9 @@ pub enum InitError {
     /// A bad argument (NUL byte).
     #[error("argument contains a NUL byte: {0:?}")]
     Nul(String),
+    /// PID 1 could not close what it does not need; the command was killed.
+    #[error("PID 1 closing the descriptors it does not need (the command was killed): {0}")]
+    Close(#[source] process::ProcessError),
 }
 
 fn os(step: &'static str) -> impl FnOnce(std::io::Error) -> InitError {
@@ -124,7 +127,8 @@ fn cstrings(v: &[String]) -> Result<Vec<CString>, InitError> {
 }
 
 /// Apply the hardening, fork the command, and act as PID 1 until it exits. Returns only on a
-/// setup error, before anything of the user's ran.
+/// setup error: before anything of the user's ran, or with the command killed as it started
+/// ([`InitError::Close`]).
 pub fn run(h: &Hardening, cfg: &InitConfig) -> Result<Infallible, InitError> {
     let argv = cstrings(&cfg.args)?;
     let envp = cstrings(&cfg.env)?;
@@ -172,10 +176,20 @@ pub fn run(h: &Hardening, cfg: &InitConfig) -> Result<Infallible, InitError> {
     // rootfs' detached mount) is closed now, while the command starts, rather than at the
     // end: the last reference to a detached mount costs an RCU grace period to drop, which
     // PID 1's exit would otherwise add to the session's end. (Best effort: what stays open
-    // is closed by the exit as before.)
+    // is closed by the exit as before.) Not closing is not an option, though: among them is
+    // the write end of vetto's own exit-status pipe (the front's, `shim/src/front.rs`), which
+    // a sandbox able to reach into an unsealed PID 1 could write a status to. If the kernel
+    // refuses, the command is killed and the session fails.
     let mut keep = vec![0, 1, 2, sfd.as_raw_fd()];
     keep.extend(status_fd);
-    let _ = process::close_all_but(&keep);
+    if let Err(e) = process::close_all_but(&keep) {
+        // SAFETY: killing and reaping the child this process just forked.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        return Err(InitError::Close(e));
+    }
     // Likewise PID 1's mappings of the vetto image's code that the set-up ran (megabytes, of
     // which the loop below faults back in the few pages it runs): unmapping them was most of
     // PID 1's exit (best effort as above).
@@ -267,10 +281,32 @@ fn reap_loop(sfd: RawFd, child: libc::pid_t, status_fd: Option<RawFd>) -> ! {
             // ECHILD: nothing of the sandbox is left (every orphan of the namespace is PID
             // 1's child). Say so before the kernel's teardown of PID 1 and its namespaces.
             if let Some(fd) = status_fd {
+                // PID 1's stdin, stdout and stderr are the command's: a reader of its output
+                // waits for every copy to close, and this one would stay until PID 1 is
+                // killed, after vetto's status is delivered. PID 1 writes nothing more.
+                // SAFETY: closing this process's own standard descriptors, unused from here.
+                unsafe {
+                    for n in 0..3 {
+                        libc::close(n);
+                    }
+                }
                 let bytes = code.to_ne_bytes();
                 // SAFETY: writing 4 bytes we own; a short or failed write leaves the
                 // supervisor on its SIGCHLD path, which waits for the exit itself.
-                unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+                let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+                if n == 4 {
+                    // Reported: the supervisor kills PID 1 once vetto's own exit status is
+                    // delivered (or PID 1 dies with it, PDEATHSIG). Its exit (its address
+                    // space, its namespaces' teardown: most of a millisecond of kernel work)
+                    // then no longer competes for the CPUs with the session's end. Nothing
+                    // of the sandbox is left to run meanwhile; every signal is blocked (read
+                    // from the signalfd, which nothing reads any more), so pause() returns
+                    // only to a SIGKILL, which ends it.
+                    loop {
+                        // SAFETY: pause has no arguments.
+                        unsafe { libc::pause() };
+                    }
+                }
             }
             // SAFETY: exit without unwinding or destructors in the cloned init.
             unsafe { libc::_exit(code) }

@@ -111,7 +111,7 @@ fn sweep_stale(base: &Path, uid: u32) {
         let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if crate::session::running(pid) {
             continue;
         }
         // Only a real directory of ours (not a symlink someone put there).
@@ -480,7 +480,8 @@ fn supervise(
                 break;
             }
             let sig = info.ssi_signo as libc::c_int;
-            if sig != libc::SIGCHLD {
+            // (A signal sent to vetto's whole group, relayed by the front too, is passed once.)
+            if sig != libc::SIGCHLD && crate::front::fresh(&info) {
                 forwarded |= sig != libc::SIGWINCH && sig != libc::SIGCONT;
                 // SAFETY: forwarding to the command's process group (its pid is its pgid).
                 if unsafe { libc::kill(-child, sig) } != 0 {

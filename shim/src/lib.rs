@@ -14,6 +14,7 @@ pub mod cpus;
 pub mod doctor;
 pub mod engine;
 pub mod fdpass;
+pub mod front;
 pub mod fsnet;
 pub mod fsonly;
 pub mod handoff;

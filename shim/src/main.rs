@@ -90,7 +90,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 fn main() -> ExitCode {
     let cli = vetto::cli::parse();
-    if !matches!(cli.command, Command::Run(_)) {
+    if matches!(cli.command, Command::Run(_)) {
+        // The caller waits for this process: it becomes the front, which exits with the
+        // command's status as soon as the supervisor (its child, from here) has it.
+        vetto::front::split();
+    } else {
         // Printing commands end quietly when their reader goes away (`| head`).
         // SAFETY: restoring the default disposition of one signal before any thread exists.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };

@@ -115,7 +115,7 @@ fn sweep(parent: &Path) {
         else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if crate::session::running(pid) {
             continue;
         }
         if e.file_type().is_ok_and(|t| t.is_dir()) {

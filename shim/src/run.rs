@@ -661,7 +661,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     drop(raw);
     // Nothing of the sandbox runs any more: PID 1 reaped it all before it reported the
     // status (or it has exited). When it reported, the kernel is still tearing PID 1 and its
-    // namespaces down: the session ends meanwhile, and PID 1 is reaped last (`init_left`).
+    // namespaces down: the session ends meanwhile, and PID 1 is reaped last (`init_left`),
+    // after the front has the status.
     // No cgroup was made (see userns.rs). libcontainer's state lives in the session
     // directory, removed below with it, so its delete() (a cgroup manager round trip, ~2 ms)
     // has nothing left to do.
@@ -681,8 +682,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             matches!(status, Outcome::WallClock).then_some(t.plan.wall_clock_secs.unwrap_or(0)),
         );
     }
-    // The writer records the end while the session is torn down; its answer (and the
-    // summary) is collected once that is done.
+    // The writer records the end while the handoff is checked; its answer (and the summary)
+    // is collected before the status goes to the front.
     let ending = live.map(|l| {
         let (status, signal, reason, control) = match &status {
             Outcome::WallClock => (
@@ -709,7 +710,47 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         l.finish(status, signal, reason, control)
     });
     crate::handoff::check_session(&t, &policy, &facts, listings, &sess.id);
-    ph.mark("teardown");
+    ph.mark("handoff");
+    // The writer's answer; it is reaped (its exit waited for) after the status is delivered.
+    let mut ending = ending;
+    if let Some(e) = ending.as_mut() {
+        e.answer();
+        ph.mark("audit end");
+    }
+    if let Some(r) = review.take() {
+        eprint!("{}", r.finish());
+    }
+    let code = match status {
+        Outcome::WallClock => {
+            eprintln!(
+                "vetto: wall-clock limit of {} s reached: the sandbox was killed",
+                t.plan.wall_clock_secs.unwrap_or(0)
+            );
+            EXIT_WALL_CLOCK
+        }
+        Outcome::Exited { code, .. } => {
+            let code = code as u8;
+            match msg.is_empty() {
+                true => code,
+                false if code == 126 || code == 127 => {
+                    eprintln!("vetto: {msg}");
+                    code
+                }
+                false => {
+                    eprintln!("vetto: sandbox setup failed, the command did not run: {msg}");
+                    EXIT_SETUP
+                }
+            }
+        }
+    };
+    // Everything the caller waits for is done: nothing of the sandbox runs, the record is
+    // ended, the handoff checked, everything said. The front exits with the status now; what
+    // is left below is this process's own (stdout and stderr are /dev/null from here).
+    if tracing::enabled!(tracing::Level::INFO) {
+        tracing::info!(peak_rss_kib = peak_rss_kib(), "supervisor");
+    }
+    ph.mark("status");
+    crate::front::deliver(code);
     if init_left {
         // It has reported and is exiting; SIGKILL only hurries a PID 1 that would not.
         process::kill_and_reap(init_pid);
@@ -721,34 +762,21 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // was being torn down detached its mounts from here, in contention with the kernel.
     drop(sess);
     ph.mark("session dir");
-    if let Some(e) = ending {
-        e.wait();
-        ph.mark("audit end");
-    }
-    if let Some(r) = review {
-        eprint!("{}", r.finish());
-    }
-    match status {
-        Outcome::WallClock => {
-            eprintln!(
-                "vetto: wall-clock limit of {} s reached: the sandbox was killed",
-                t.plan.wall_clock_secs.unwrap_or(0)
-            );
-            Ok(EXIT_WALL_CLOCK)
-        }
-        Outcome::Exited { code, .. } => {
-            let code = code as u8;
-            if !msg.is_empty() {
-                if code == 126 || code == 127 {
-                    eprintln!("vetto: {msg}");
-                    return Ok(code);
-                }
-                eprintln!("vetto: sandbox setup failed, the command did not run: {msg}");
-                return Ok(EXIT_SETUP);
-            }
-            Ok(code)
-        }
-    }
+    drop(ending);
+    Ok(code)
+}
+
+/// This process's peak resident set (`VmHWM`), in KiB (0 if unreadable): with the front, the
+/// caller's `wait4` sees the front's, not the supervisor's.
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// End a session's record (if it has one) as a setup failure: the command did not run, for
@@ -937,6 +965,8 @@ fn supervise(
                             pty::copy_winsize(0, m);
                         }
                     }
+                    // A signal sent to vetto's whole group, relayed by the front too.
+                    _ if !crate::front::fresh(&info) => {}
                     s => {
                         forwarded = true;
                         // SAFETY: forwarding a signal to the init we created; it relays it to

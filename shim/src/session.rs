@@ -273,6 +273,16 @@ fn is_tmpfs(p: &Path) -> bool {
         && fs::metadata(p).is_ok_and(|m| m.is_dir())
 }
 
+/// Whether process `pid` exists and has not exited. A zombie has: a supervisor killed after
+/// its front (`front.rs`) is reparented to the host's init, which may take seconds to reap it,
+/// and until then `/proc/PID` is there, though nothing of it runs or can use what it left.
+pub fn running(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, t)| !(t.starts_with('Z') || t.starts_with('X')))
+    })
+}
+
 /// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat).
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

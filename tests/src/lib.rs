@@ -223,6 +223,15 @@ impl Fixture {
     }
 
     /// Session directories left in the runtime dir.
+    /// The session directories left once the sessions that ended have finished their
+    /// teardown: a supervisor removes its own just after vetto's exit status is delivered
+    /// (`shim/src/front.rs`), so what is left is read again, for up to 5 s, while there is
+    /// any.
+    pub fn settled_sessions(&self) -> Vec<PathBuf> {
+        eventually(5, || self.leftover_sessions().is_empty());
+        self.leftover_sessions()
+    }
+
     pub fn leftover_sessions(&self) -> Vec<PathBuf> {
         std::fs::read_dir(self.root.join("run/vetto/sessions"))
             .map(|rd| rd.flatten().map(|e| e.path()).collect())
@@ -292,13 +301,60 @@ pub fn pids_with(needle: &str) -> Vec<u32> {
     v
 }
 
+/// The children of `pid` (from `/proc/*/stat`), with their `comm`.
+pub fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut v = vec![];
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            v.push((child, stat[open + 1..close].to_string()));
+        }
+    }
+    v
+}
+
+/// The supervisor of the `vetto run` whose pid (the front's, `shim/src/front.rs`) is
+/// `front`: its one child named `vetto` (`None` if there is none, or more than one).
+pub fn supervisor_of(front: u32) -> Option<u32> {
+    let v: Vec<u32> = children_of(front)
+        .into_iter()
+        .filter(|(_, comm)| comm == "vetto")
+        .map(|(p, _)| p)
+        .collect();
+    match v[..] {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
 /// Is a `sleep TAG` running (the sandboxed command itself, not a supervisor or a clone of one
 /// whose command line merely contains the script)?
 pub fn sleeping(tag: &str) -> bool {
+    !sleepers(tag).is_empty()
+}
+
+/// The pids of the `sleep TAG` processes (exactly that command line).
+pub fn sleepers(tag: &str) -> Vec<u32> {
     let want = format!("sleep\0{tag}\0");
-    pids_with(tag).into_iter().any(|pid| {
-        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes())
-    })
+    pids_with(tag)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes())
+        })
+        .collect()
 }
 
 /// Wait up to `secs` for `f` to hold.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use vetto_integration::{
-    both, echo_server, err, eventually, out, sleeping, spawn_retrying, Fixture,
+    both, echo_server, err, eventually, out, sleeping, spawn_retrying, supervisor_of, Fixture,
 };
 
 /// The fixture's audit store directory (HOME/.local/state/vetto/audit).
@@ -294,7 +294,9 @@ both!(
                     .stderr(Stdio::piped()),
             );
             assert!(eventually(10, || sleeping(tag)), "the command never ran");
-            let writers = writers_of(child.id());
+            // The writer is the supervisor's child; vetto's own pid is the front's.
+            let sup = supervisor_of(child.id()).expect("the supervisor");
+            let writers = writers_of(sup);
             assert_eq!(
                 writers.len(),
                 1,
@@ -320,12 +322,15 @@ both!(
                 .expect("a session_end");
             assert_eq!(end["signal"].as_i64(), Some(i64::from(sig)), "{end}");
             assert_eq!(end["status"].as_i64(), Some(i64::from(128 + sig)), "{end}");
-            // Reaped by vetto before it exited (not merely dead): nothing of the session is
-            // left.
+            // Reaped by the supervisor (not merely dead): nothing of the session is left. It
+            // answered before vetto's status was delivered, and is reaped just after
+            // (`shim/src/front.rs`).
             let (writer, _) = writers[0];
             assert!(
-                std::fs::read_to_string(format!("/proc/{writer}/comm"))
-                    .map_or(true, |c| c.trim() != "vetto-audit"),
+                eventually(5, || std::fs::read_to_string(format!(
+                    "/proc/{writer}/comm"
+                ))
+                .map_or(true, |c| c.trim() != "vetto-audit")),
                 "the writer {writer} is still there"
             );
         }
@@ -368,8 +373,9 @@ both!(the_writer_runs_off_the_cpu_it_was_forked_on, |f| {
                 .stderr(Stdio::piped()),
         );
         let ran = eventually(10, || sleeping(tag));
-        let writers = writers_of(child.id());
-        let supervisor = cpus_allowed(child.id());
+        let sup = supervisor_of(child.id()).unwrap_or(0);
+        let writers = writers_of(sup);
+        let supervisor = cpus_allowed(sup);
         let writer = writers.first().map(|w| cpus_allowed(w.0));
         // Ended before anything is asserted: a failure leaves no session running.
         // SAFETY: a signal to the vetto this test started.
@@ -435,7 +441,8 @@ fn sleeping_session(f: &Fixture, tag: &str) -> (Child, u32) {
             .stderr(Stdio::null()),
     );
     assert!(eventually(10, || sleeping(tag)), "the command never ran");
-    let writers = writers_of(child.id());
+    let sup = supervisor_of(child.id()).expect("the supervisor");
+    let writers = writers_of(sup);
     assert_eq!(writers.len(), 1, "{writers:?}");
     (child, writers[0].0)
 }

@@ -59,7 +59,7 @@ fn run_all_at_once(f: &Fixture, tag: &str) {
 /// Nothing of this test's sessions is left: no session directory, no lock file, no process.
 fn assert_nothing_left(f: &Fixture, tag: &str) {
     assert!(
-        f.leftover_sessions().is_empty(),
+        f.settled_sessions().is_empty(),
         "left behind: {:?}",
         f.leftover_sessions()
     );
@@ -194,7 +194,7 @@ both!(the_sandboxed_command_cannot_reach_its_session_lock, |f| {
         err(&o)
     );
     assert!(
-        f.leftover_sessions().is_empty(),
+        f.settled_sessions().is_empty(),
         "{:?}",
         f.leftover_sessions()
     );

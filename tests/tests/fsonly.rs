@@ -7,7 +7,7 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 
-use vetto_integration::{both, err, eventually, out, pids_with, sleeping, Fixture};
+use vetto_integration::{both, err, eventually, out, pids_with, sleeping, supervisor_of, Fixture};
 
 const FS: &[&str] = &["--tier", "fs-only"];
 
@@ -251,8 +251,10 @@ both!(the_supervisor_killed_takes_every_process_with_it, |f| {
             .filter(|n| n.starts_with(&format!("vetto-fs-{}.{pid}.", f.uid)))
             .collect()
     };
+    // Named after the supervisor's pid: vetto's own is the front's.
+    let sup = supervisor_of(child.id()).expect("the supervisor");
     assert!(
-        !left(child.id()).is_empty(),
+        !left(sup).is_empty(),
         "no private directory to sweep: the test proves nothing"
     );
     // SAFETY: signalling the process we spawned (setpriv and env exec vetto: same pid).
@@ -266,7 +268,7 @@ both!(the_supervisor_killed_takes_every_process_with_it, |f| {
     // The killed supervisor could not remove its private directories; the next session does.
     let o = f.run_sh(FS, "true");
     assert!(o.status.success(), "{}", err(&o));
-    assert_eq!(left(child.id()), Vec::<String>::new());
+    assert_eq!(left(sup), Vec::<String>::new());
 });
 
 both!(
@@ -305,8 +307,10 @@ both!(
             .expect("stdout")
             .read_exact(&mut buf)
             .expect("ready");
-        // SAFETY: signalling the process we spawned.
-        unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+        // The supervisor itself is held (vetto's own pid is the front's).
+        let sup = supervisor_of(child.id()).expect("the supervisor");
+        // SAFETY: signalling the supervisor of the process we spawned.
+        unsafe { libc::kill(sup as i32, libc::SIGSTOP) };
         std::fs::write(f.proj.join("out/go"), "").expect("go");
         let mut buf = [0u8; 3];
         child
@@ -676,7 +680,7 @@ both!(
         assert!(text.contains("other.test.vetto"), "{text}");
         // Nothing left: no session directory, no broker.
         assert!(
-            f.leftover_sessions().is_empty(),
+            f.settled_sessions().is_empty(),
             "{:?}",
             f.leftover_sessions()
         );
@@ -852,7 +856,7 @@ both!(what_fs_only_cannot_carry_is_refused_at_the_start, |f| {
         );
     }
     assert!(
-        f.leftover_sessions().is_empty(),
+        f.settled_sessions().is_empty(),
         "{:?}",
         f.leftover_sessions()
     );

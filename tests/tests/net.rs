@@ -325,7 +325,7 @@ both!(broker_crash_closes_the_network, |f| {
         "first request never finished"
     );
     // The broker is the supervisor's child running `vetto __broker`.
-    let sup = child.id();
+    let sup = vetto_integration::supervisor_of(child.id()).expect("the supervisor");
     let broker: Vec<u32> = vetto_integration::pids_with("__broker")
         .into_iter()
         .filter(|pid| {
@@ -415,7 +415,7 @@ both!(publish_port_in_use_refuses_before_starting, |f| {
         err(&o)
     );
     assert!(!f.proj.join("ran").exists());
-    assert!(f.leftover_sessions().is_empty());
+    assert!(f.settled_sessions().is_empty());
 });
 
 both!(plain_http_through_the_proxy_needs_its_port_listed, |f| {
@@ -502,7 +502,7 @@ both!(invalid_network_entries_are_bad_input, |f| {
         assert_eq!(e.matches(reason).count(), 1, "printed once: {e}");
         assert!(!f.proj.join("ran").exists(), "the command ran: {e}");
         assert!(
-            f.leftover_sessions().is_empty(),
+            f.settled_sessions().is_empty(),
             "{:?}",
             f.leftover_sessions()
         );
@@ -520,5 +520,5 @@ both!(invalid_network_entries_are_bad_input, |f| {
         "{e}"
     );
     assert!(!f.proj.join("ran").exists());
-    assert!(f.leftover_sessions().is_empty());
+    assert!(f.settled_sessions().is_empty());
 });

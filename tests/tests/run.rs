@@ -375,7 +375,7 @@ both!(bad_policy_refuses_to_run_and_leaves_nothing, |f| {
     );
     assert!(!marker.exists());
     assert!(
-        f.leftover_sessions().is_empty(),
+        f.settled_sessions().is_empty(),
         "{:?}",
         f.leftover_sessions()
     );
@@ -388,7 +388,7 @@ both!(sessions_are_cleaned_up, |f| {
     let o = f.run_sh(&[], "true");
     assert!(o.status.success(), "{}", err(&o));
     assert!(
-        f.leftover_sessions().is_empty(),
+        f.settled_sessions().is_empty(),
         "{:?}",
         f.leftover_sessions()
     );
@@ -443,7 +443,7 @@ both!(the_supervisors_mounts_carry_the_bundles_flags, |f| {
         "{text}"
     );
     assert!(
-        f.leftover_sessions().is_empty(),
+        f.settled_sessions().is_empty(),
         "{:?}",
         f.leftover_sessions()
     );
@@ -710,4 +710,127 @@ both!(stdin_pipes_through_and_sigpipe_is_default, |f| {
     assert_eq!(out(&o), "got:from-the-host\ny\n");
     assert!(!err(&o).contains("Broken pipe"), "{}", err(&o));
     assert!(o.status.success());
+});
+
+/// The pipe inode (`pipe:[N]`) of `pid`'s descriptors other than 0, 1 and 2.
+fn pipes_of(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| !["0", "1", "2"].contains(&n))
+        })
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|l| l.to_string_lossy().into_owned())
+        .filter(|l| l.starts_with("pipe:["))
+        .collect()
+}
+
+/// Every process holding a descriptor to `target` (`pipe:[N]`).
+fn holders_of(target: &str) -> Vec<u32> {
+    let mut v = vec![];
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let held = std::fs::read_dir(e.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|l| l.to_string_lossy() == target);
+        if held {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+// vetto's own pid is the front (shim/src/front.rs): it exits with the status the supervisor
+// writes on a pipe. Only the supervisor may hold that pipe's write end: a sandbox process
+// holding it could make vetto exit 0 for a failed command. While a session runs, in both
+// tiers, the pipe is held by the front and the supervisor, and by no process of the sandbox
+// (PID 1, the command); and the status the front exits with is the command's.
+both!(vettos_exit_status_pipe_is_held_by_vetto_alone, |f| {
+    let base = 5311 + 10 * u32::from(f.mode != Mode::Root);
+    for (n, tier) in [(0, "full"), (1, "fs-only")] {
+        let tag = (base + n).to_string();
+        let child = f
+            .run_command(
+                &["--tier", tier],
+                &["/bin/sh", "-c", &format!("sleep {tag}; exit 9")],
+                &f.base_env(),
+            )
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let ran = eventually(10, || sleeping(&tag));
+        let front = child.id();
+        let sup = vetto_integration::supervisor_of(front);
+        // Of the front's pipes, not one it inherited from this test (cargo's jobserver).
+        let holders: Vec<(String, Vec<u32>)> = pipes_of(front)
+            .into_iter()
+            .map(|p| (holders_of(&p), p))
+            .filter(|(h, _)| !h.contains(&std::process::id()))
+            .map(|(h, p)| (p, h))
+            .collect();
+        let sandbox = vetto_integration::sleepers(&tag);
+        // Ended before anything is asserted: the command is killed, vetto says so.
+        for p in &sandbox {
+            // SAFETY: killing the sandboxed sleep this test started.
+            unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+        }
+        let o = child.wait_with_output().expect("wait");
+        assert!(ran, "{tier}: the command never ran: {}", err(&o));
+        let sup = sup.unwrap_or_else(|| panic!("{tier}: no supervisor under {front}"));
+        assert_eq!(
+            holders.len(),
+            1,
+            "{tier}: the front's own pipes: {holders:?}"
+        );
+        let mut want = vec![front, sup];
+        want.sort_unstable();
+        let mut got = holders[0].1.clone();
+        got.sort_unstable();
+        assert_eq!(got, want, "{tier}: {} is held by {got:?}", holders[0].0);
+        assert!(!sandbox.is_empty(), "{tier}: no sandboxed sleep found");
+        // The shell's sleep was killed: sh went on to `exit 9`.
+        assert_eq!(o.status.code(), Some(9), "{tier}: {}", err(&o));
+    }
+});
+
+// The supervisor killed (not vetto's own pid): vetto ends the same way, by the same signal,
+// and the sandbox goes with it.
+both!(a_killed_supervisor_ends_vetto_by_the_same_signal, |f| {
+    use std::os::unix::process::ExitStatusExt;
+    let tag = (5331 + u32::from(f.mode != Mode::Root)).to_string();
+    let mut child = f
+        .run_command(&[], &["sleep", &tag], &f.base_env())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let ran = eventually(10, || sleeping(&tag));
+    let sup = vetto_integration::supervisor_of(child.id());
+    if let Some(s) = sup {
+        // SAFETY: killing the supervisor of the vetto this test started.
+        unsafe { libc::kill(s as i32, libc::SIGKILL) };
+    } else {
+        // SAFETY: as above, vetto itself, so that nothing is left running.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    }
+    let st = child.wait().expect("wait");
+    assert!(ran, "the command never ran");
+    assert!(sup.is_some(), "no supervisor found");
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
+    assert!(
+        eventually(5, || !sleeping(&tag)),
+        "the sandbox outlived its supervisor"
+    );
 });

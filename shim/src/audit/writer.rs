@@ -368,6 +368,14 @@ impl Ending {
     /// Wait for the writer's answer, show what it has to say, and reap it. Returns false if
     /// the end could not be recorded.
     pub fn wait(mut self) -> bool {
+        self.answer()
+        // Dropped: the writer, which exits after its answer, is reaped.
+    }
+
+    /// Wait for the writer's answer and show what it has to say; the writer is reaped when
+    /// this is dropped (its exit is not waited for here: `vetto run` delivers its status
+    /// first). Returns false if the end could not be recorded.
+    pub fn answer(&mut self) -> bool {
         if let Err(e) = &self.sent {
             eprintln!("vetto: audit: the session's end could not be recorded: {e:#}");
             return false;
@@ -390,7 +398,6 @@ impl Ending {
                 false
             }
         }
-        // Dropped: the writer, which exits after its answer, is reaped.
     }
 }
 
@@ -540,6 +547,17 @@ fn serve(
                     local.end(status, signal, reason, control, out.report, out.summary);
                 let ended = serde_json::to_string(&Ended { recorded, stderr })
                     .unwrap_or_else(|_| r#"{"recorded":false,"stderr":""}"#.into());
+                // The caller's stderr is let go before the answer: a reader of it waits for
+                // every copy to close, and vetto's status follows the answer at once. (What
+                // the end has to say is in the answer.)
+                // SAFETY: integer-only calls on this process's own descriptors.
+                unsafe {
+                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if null >= 0 {
+                        libc::dup2(null, 2);
+                        libc::close(null);
+                    }
+                }
                 reply(&mut sock, &ended);
                 return i32::from(!recorded);
             }
