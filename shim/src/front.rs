@@ -66,6 +66,11 @@ fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
 /// Fork the supervisor, and become the front: returns in the supervisor only (or in the
 /// only process, if the fork failed). Call it first thing, while the process has one thread.
 pub fn split() {
+    // A caller that ignores SIGCHLD would have the kernel reap the supervisor unseen (and
+    // the supervisor its own children): its default action, which is to do nothing, is put
+    // back first, for both.
+    // SAFETY: setting one signal's disposition while the process has one thread.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     let handled: Vec<libc::c_int> = RELAYED.iter().copied().chain([libc::SIGCHLD]).collect();
     let set = sigset(&handled);
     // SAFETY: sigset_t is plain data, filled by sigprocmask.

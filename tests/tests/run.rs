@@ -834,3 +834,26 @@ both!(a_killed_supervisor_ends_vetto_by_the_same_signal, |f| {
         "the sandbox outlived its supervisor"
     );
 });
+
+// A caller that ignores SIGCHLD (a disposition exec keeps): vetto still ends with its own
+// status, the command's or a set-up failure's. (With SIGCHLD ignored the kernel reaps
+// children unseen: the front could not read the supervisor's status, and said 125.)
+both!(a_caller_ignoring_sigchld_still_gets_vettos_status, |f| {
+    use std::os::unix::process::CommandExt;
+    let cases: [(&[&str], &str, i32); 2] = [
+        (&[], "exit 7", 7),
+        (&["--project", "/nonexistent/dir"], "true", 2),
+    ];
+    for (args, script, want) in cases {
+        let mut c = f.run_command(args, &["/bin/sh", "-c", script], &f.base_env());
+        // SAFETY: only signal() (async-signal-safe) runs between fork and exec.
+        unsafe {
+            c.pre_exec(|| {
+                libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let o = vetto_integration::output_of(c.stdin(std::process::Stdio::null()));
+        assert_eq!(o.status.code(), Some(want), "{script}: {}", err(&o));
+    }
+});
