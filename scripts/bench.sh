@@ -138,15 +138,20 @@ for mode in ("root", "rootless"):
         print(f'vetto {mode} / {crun} = {ms(f"vetto {mode}") / ms(crun):.2f}')
 PY
 
-echo "== vetto supervisor peak RSS (/usr/bin/time -v, target <= 8 MiB)"
-/usr/bin/time -v $VRUN 2>&1 >/dev/null | awk -F: '/Maximum resident/ {printf "root:     %d KiB\n", $2}'
-$AS_NOBODY /usr/bin/time -v $VRUN 2>&1 >/dev/null | awk -F: '/Maximum resident/ {printf "rootless: %d KiB\n", $2}'
+# vetto's own pid is the front (shim/src/front.rs), which exits with the status while the
+# supervisor (its child) finishes: /usr/bin/time would see the front's RSS, not the
+# supervisor's. The supervisor logs its own peak (VmHWM) at -v, just before the status.
+echo "== vetto supervisor peak RSS (its VmHWM at the session's end, target <= 8 MiB)"
+NO_COLOR=1 RUST_LOG=vetto=info $VRUN 2>&1 >/dev/null | grep -oE 'peak_rss_kib=[0-9]+' | sed 's/peak_rss_kib=/root:     /; s/$/ KiB/'
+$AS_NOBODY NO_COLOR=1 RUST_LOG=vetto=info $VRUN 2>&1 >/dev/null | grep -oE 'peak_rss_kib=[0-9]+' | sed 's/peak_rss_kib=/rootless: /; s/$/ KiB/'
 # Most of that is the binary's own text, clean page-cache pages shared by every vetto process
 # (RssFile); what a session costs in memory of its own is RssAnon.
-echo "   of which, mid-session (/proc/PID/status of the supervisor, root):"
+echo "   of which, mid-session (/proc/PID/status of the supervisor, and of the front, root):"
 $work/bin/vetto run --no-user-policy -- /bin/sleep 0.5 & vp=$!
 sleep 0.3
-grep -E '^(VmHWM|RssAnon|RssFile):' /proc/$vp/status | tr -s ' \t' ' ' | sed 's/^/   /'
+sp=$(pgrep -P $vp -x vetto | head -1)
+grep -E '^(VmHWM|RssAnon|RssFile):' /proc/$sp/status | tr -s ' \t' ' ' | sed 's/^/   supervisor /'
+grep -E '^(RssAnon|RssFile):' /proc/$vp/status | tr -s ' \t' ' ' | sed 's/^/   front /'
 wait $vp || true
 echo "== vetto phase timings (-v, rootless, one run)"
 $AS_NOBODY NO_COLOR=1 RUST_LOG=vetto=info $VRUN 2>&1 >/dev/null | grep -oE 'phase="?[a-z ]+"? ms="?[0-9.]+"?' || true

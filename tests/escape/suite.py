@@ -1176,11 +1176,18 @@ SUPERVISOR = r"""sup=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$PPID/status)
 echo "supervisor: $(tr '\0\n' '  ' < /proc/$sup/cmdline | head -c 120)"
 """
 
+# vetto's own pid is the front (shim/src/front.rs), the supervisor's parent: it exits with the
+# status the supervisor writes on a pipe. The sandbox sees it too (FS-ONLY).
+FRONT = r"""front=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$sup/status)
+echo "front: $(tr '\0\n' '  ' < /proc/$front/cmdline | head -c 120)"
+"""
+
 
 @case("R06", "runtime", "find a runtime process inside the container to attack (its exe, fds, memory)",
       {"shim": "none: every process in the container is the container's own"}, ("shim",),
-      fs="vetto's supervisor is visible (no PID namespace), but its environ, memory, root, binary, descriptors (open, "
-         "link, fdinfo) and signals are refused (EACCES/EPERM)")
+      fs="vetto's supervisor and its front (vetto's own pid, which exits with the status the supervisor sends it) "
+         "are visible (no PID namespace), but their environ, memory, descriptors (open, link), signals and the "
+         "supervisor's root, binary and fdinfo are refused (EACCES/EPERM)")
 def _(t):
     if t.tier == "fs-only":
         before = sha(t.vetto)
@@ -1193,7 +1200,18 @@ def _(t):
         need(sha(t.vetto) == before, "the host runtime binary changed")
         reached = [l for l in r.out.splitlines() if l.endswith(": allowed")]
         need(not reached, f"reached: {reached}")
-        return refused(r.out, "environ", "mem", "exe", "root", "signal", "fd", "link", "info")
+        found = refused(r.out, "environ", "mem", "exe", "root", "signal", "fd", "link", "info")
+        # The front: its status pipe (one of its descriptors) would let the sandbox choose
+        # vetto's exit status; its signals would let it end the session.
+        r = t.run(SUPERVISOR + FRONT + "t fenviron 'cat /proc/$front/environ'; t fmem 'exec 3</proc/$front/mem'; "
+                  "t fsignal 'kill -0 $front'; t fterm 'kill -TERM $front'; "
+                  "for n in 0 1 2 3 4 5 6 7 8 9; do t ffd \"exec 3>/proc/$front/fd/$n\"; t flink \"readlink -v /proc/$front/fd/$n\"; "
+                  "done | sort | uniq")
+        need(" run " in results(r.out).get("front", ""), f"the front was not found: {r.out}")
+        reached = [l for l in r.out.splitlines() if l.endswith(": allowed")]
+        need(not reached, f"reached (front): {reached}")
+        need(r.rc == 0, f"the session did not end as its command did (exit {r.rc}): {r.out}")
+        return found + "; front: " + refused(r.out, "fenviron", "fmem", "fsignal", "fterm", "ffd", "flink")
     r = t.run("for p in /proc/[0-9]*; do echo \"$p $(tr '\\0' ' ' < $p/cmdline)\"; done")
     procs = [l for l in r.out.splitlines() if l.startswith("/proc/")]
     need(procs and all("vetto" not in l and "conmon" not in l and "runc" not in l for l in procs), r.out)
