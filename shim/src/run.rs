@@ -660,9 +660,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     );
     drop(raw);
     // Nothing of the sandbox runs any more: PID 1 reaped it all before it reported the
-    // status (or it has exited). When it reported, the kernel is still tearing PID 1 and its
-    // namespaces down: the session ends meanwhile, and PID 1 is reaped last (`init_left`),
-    // after the front has the status.
+    // status (or it has exited). Having reported, PID 1 waits to be killed: it is killed and
+    // reaped last (`init_left`), after the front has the status, so that its end (its
+    // namespaces' teardown) does not hold up the session's.
     // No cgroup was made (see userns.rs). libcontainer's state lives in the session
     // directory, removed below with it, so its delete() (a cgroup manager round trip, ~2 ms)
     // has nothing left to do.
@@ -752,7 +752,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     ph.mark("status");
     crate::front::deliver(code);
     if init_left {
-        // It has reported and is exiting; SIGKILL only hurries a PID 1 that would not.
+        // It has reported and waits for this (see `vetto_hooks::init`).
         process::kill_and_reap(init_pid);
     }
     // Emptied as the kernel finished PID 1 (the only member left).
