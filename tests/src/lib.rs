@@ -301,8 +301,8 @@ pub fn pids_with(needle: &str) -> Vec<u32> {
     v
 }
 
-/// The children of `pid` (from `/proc/*/stat`), with their `comm`.
-pub fn children_of(pid: u32) -> Vec<(u32, String)> {
+/// The children of `pid` (from `/proc/*/stat`), with their `comm` and state (`R`, `S`, `Z`...).
+pub fn children_of(pid: u32) -> Vec<(u32, String, String)> {
     let mut v = vec![];
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
@@ -315,12 +315,10 @@ pub fn children_of(pid: u32) -> Vec<(u32, String)> {
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        let ppid = stat[close + 1..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            v.push((child, stat[open + 1..close].to_string()));
+        let mut rest = stat[close + 1..].split_whitespace();
+        let state = rest.next().unwrap_or_default().to_string();
+        if rest.next().and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
+            v.push((child, stat[open + 1..close].to_string(), state));
         }
     }
     v
@@ -331,8 +329,8 @@ pub fn children_of(pid: u32) -> Vec<(u32, String)> {
 pub fn supervisor_of(front: u32) -> Option<u32> {
     let v: Vec<u32> = children_of(front)
         .into_iter()
-        .filter(|(_, comm)| comm == "vetto")
-        .map(|(p, _)| p)
+        .filter(|(_, comm, _)| comm == "vetto")
+        .map(|(p, _, _)| p)
         .collect();
     match v[..] {
         [one] => Some(one),

@@ -246,25 +246,11 @@ both!(the_wall_clock_limit_is_recorded, |f| {
 /// The session's audit writers (a forked process named `vetto-audit`) whose parent is `ppid`,
 /// and whether each is a zombie.
 fn writers_of(ppid: u32) -> Vec<(u32, bool)> {
-    let mut v = vec![];
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...
-        let Some((head, tail)) = stat.rsplit_once(") ") else {
-            continue;
-        };
-        let mut f = tail.split(' ');
-        let (state, parent) = (f.next(), f.next().and_then(|p| p.parse::<u32>().ok()));
-        if head.ends_with("(vetto-audit") && parent == Some(ppid) {
-            v.push((pid, state == Some("Z")));
-        }
-    }
-    v
+    vetto_integration::children_of(ppid)
+        .into_iter()
+        .filter(|(_, comm, _)| comm == "vetto-audit")
+        .map(|(pid, _, state)| (pid, state == "Z"))
+        .collect()
 }
 
 // The writer is in its own process group and ignores the terminal's signals: Ctrl-C (SIGINT
