@@ -175,11 +175,10 @@ pub fn run(h: &Hardening, cfg: &InitConfig) -> Result<Infallible, InitError> {
     // open (the session lock, the cgroup's and libcontainer's descriptors, a handle on the
     // rootfs' detached mount) is closed now, while the command starts, rather than at the
     // end: the last reference to a detached mount costs an RCU grace period to drop, which
-    // PID 1's exit would otherwise add to the session's end. (Best effort: what stays open
-    // is closed by the exit as before.) Not closing is not an option, though: among them is
-    // the write end of vetto's own exit-status pipe (the front's, `shim/src/front.rs`), which
-    // a sandbox able to reach into an unsealed PID 1 could write a status to. If the kernel
-    // refuses, the command is killed and the session fails.
+    // PID 1's exit would otherwise add to the session's end. It is not only a matter of
+    // time: among them is the write end of vetto's own exit-status pipe (the front's,
+    // `shim/src/front.rs`), which a sandbox able to reach into an unsealed PID 1 could write
+    // a status to. So if the kernel refuses, the command is killed and the session fails.
     let mut keep = vec![0, 1, 2, sfd.as_raw_fd()];
     keep.extend(status_fd);
     if let Err(e) = process::close_all_but(&keep) {
