@@ -31,10 +31,13 @@
 //! with everything they do not need (PID 1 in `vetto_hooks::init`, FS-ONLY's sandbox process
 //! before its exec), and nothing else is forked with it. The front holds only the read end.
 //!
-//! If the fork fails, vetto runs in one process, as it did before the front.
+//! If the fork (or the front's pipe or signalfd) fails, vetto runs in one process, as it did
+//! before the front.
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::signal::{SigSet, Signal};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -49,20 +52,6 @@ static STATUS: Mutex<Option<(OwnedFd, Option<OwnedFd>)>> = Mutex::new(None);
 /// The front's pid, in the supervisor (0: there is no front).
 static FRONT: AtomicI32 = AtomicI32::new(0);
 
-/// A signal set of `signals`.
-fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to our own set; the signal numbers are valid constants.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        for s in signals {
-            libc::sigaddset(&mut set, *s);
-        }
-    }
-    set
-}
-
 /// Fork the supervisor, and become the front: returns in the supervisor only (or in the
 /// only process, if the fork failed). Call it first thing, while the process has one thread.
 pub fn split() {
@@ -71,25 +60,27 @@ pub fn split() {
     // back first, for both.
     // SAFETY: setting one signal's disposition while the process has one thread.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
-    let handled: Vec<libc::c_int> = RELAYED.iter().copied().chain([libc::SIGCHLD]).collect();
-    let set = sigset(&handled);
-    // SAFETY: sigset_t is plain data, filled by sigprocmask.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // Blocked before the fork, so no signal finds the front without its signalfd; the
-    // supervisor restores the mask at once (what was pending stays pending for it).
-    // SAFETY: valid pointers to our own sets.
-    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) } != 0 {
+    let Ok(old) = SigSet::thread_get_mask() else {
         return;
-    }
-    let restore = |old: &libc::sigset_t| {
-        // SAFETY: valid pointer to the mask saved above.
-        unsafe { libc::sigprocmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+    };
+    let restore = || {
+        let _ = old.thread_set_mask();
+    };
+    // Blocked, and the front's signalfd made, before the fork, so no signal finds the front
+    // without it; the supervisor restores the mask at once (what was pending stays pending
+    // for it) and closes its copy.
+    let handled: Vec<libc::c_int> = RELAYED.iter().copied().chain([libc::SIGCHLD]).collect();
+    let sfd = match vetto_hooks::process::block_into_signalfd(
+        &handled,
+        libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+    ) {
+        Ok(fd) => fd,
+        Err(_) => return restore(),
     };
     let mut fds = [-1; 2];
     // SAFETY: pipe2 fills the two-element array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        restore(&old);
-        return;
+        return restore();
     }
     // SAFETY: two fresh descriptors, ours alone.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
@@ -98,10 +89,11 @@ pub fn split() {
     // SAFETY: the process has one thread (main's first step), so the child inherits no lock
     // another thread held; both sides go on with Rust code of their own.
     match unsafe { libc::fork() } {
-        -1 => restore(&old),
+        -1 => restore(),
         0 => {
-            restore(&old);
+            restore();
             drop(r);
+            drop(sfd);
             // SAFETY: integer-only prctl and getppid: die with the front; a front already
             // gone (before the prctl took) leaves nobody to run for.
             unsafe {
@@ -122,21 +114,13 @@ pub fn split() {
         }
         child => {
             drop(w);
-            relay(child, r, &set)
+            relay(child, r, sfd)
         }
     }
 }
 
 /// The front's life: wait for the status (or the supervisor's end), relaying signals.
-fn relay(child: libc::pid_t, status: OwnedFd, set: &libc::sigset_t) -> ! {
-    // SAFETY: valid set pointer; -1 creates a new descriptor.
-    let sfd = unsafe { libc::signalfd(-1, set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
-    if sfd < 0 {
-        // Relaying is not possible: the signals get their default action back instead (a
-        // SIGTERM ends the front, and the supervisor with it), rather than being lost.
-        // SAFETY: valid pointer to our own set.
-        unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, set, std::ptr::null_mut()) };
-    }
+fn relay(child: libc::pid_t, status: OwnedFd, sfd: OwnedFd) -> ! {
     loop {
         let mut fds = [
             libc::pollfd {
@@ -145,12 +129,12 @@ fn relay(child: libc::pid_t, status: OwnedFd, set: &libc::sigset_t) -> ! {
                 revents: 0,
             },
             libc::pollfd {
-                fd: sfd,
+                fd: sfd.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
         ];
-        // SAFETY: polling our own array (a negative fd is ignored).
+        // SAFETY: polling our own array.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
         if n < 0 {
             continue;
@@ -167,7 +151,7 @@ fn relay(child: libc::pid_t, status: OwnedFd, set: &libc::sigset_t) -> ! {
             }
         }
         if fds[1].revents != 0 {
-            drain_signals(child, sfd);
+            drain_signals(child, sfd.as_raw_fd());
         }
     }
     // No status: the supervisor's own end tells.
@@ -220,8 +204,11 @@ fn drain_signals(child: libc::pid_t, sfd: RawFd) {
 fn end_as(st: libc::c_int) -> ! {
     if libc::WIFSIGNALED(st) {
         let sig = libc::WTERMSIG(st);
+        if let Ok(s) = Signal::try_from(sig) {
+            let _ = SigSet::from(s).thread_unblock();
+        }
         // SAFETY: integer-only calls on this process: no core of the front (the supervisor's
-        // was its own), the signal's default action, unblocked, raised.
+        // was its own), the signal's default action (unblocked above), raised.
         unsafe {
             let none = libc::rlimit {
                 rlim_cur: 0,
@@ -229,8 +216,6 @@ fn end_as(st: libc::c_int) -> ! {
             };
             libc::setrlimit(libc::RLIMIT_CORE, &none);
             libc::signal(sig, libc::SIG_DFL);
-            let one = sigset(&[sig]);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
             libc::kill(libc::getpid(), sig);
             libc::_exit(128 + sig);
         }

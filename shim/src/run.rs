@@ -684,7 +684,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     }
     // The writer records the end while the handoff is checked; its answer (and the summary)
     // is collected before the status goes to the front.
-    let ending = live.map(|l| {
+    let mut ending = live.map(|l| {
         let (status, signal, reason, control) = match &status {
             Outcome::WallClock => (
                 Some(i32::from(EXIT_WALL_CLOCK)),
@@ -712,7 +712,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     crate::handoff::check_session(&t, &policy, &facts, listings, &sess.id);
     ph.mark("handoff");
     // The writer's answer; it is reaped (its exit waited for) after the status is delivered.
-    let mut ending = ending;
     if let Some(e) = ending.as_mut() {
         e.answer();
         ph.mark("audit end");
