@@ -35,6 +35,7 @@ pub mod resolve;
 pub mod secrets;
 pub mod translate;
 pub mod trust;
+mod walkrecord;
 
 pub use error::{PolicyError, TranslateError};
 

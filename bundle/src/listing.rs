@@ -189,6 +189,10 @@ pub struct ListingCache {
     /// Of those, the leaves whose names were not matched again (a recorded verdict of a
     /// walk with the same key).
     pub leaf_verdicts: usize,
+    /// The walk was not made: its record held (`crate::walkrecord`).
+    pub walk_record: bool,
+    /// Walks are recorded and their records used (beside the file).
+    walk_records: bool,
 }
 
 impl ListingCache {
@@ -209,6 +213,7 @@ impl ListingCache {
                 (d.as_secs() as i64, i64::from(d.subsec_nanos()))
             });
         ListingCache {
+            walk_records: true,
             file: Some(file),
             old: HashMap::new(),
             new: HashMap::new(),
@@ -221,6 +226,7 @@ impl ListingCache {
             misses: 0,
             unopened: 0,
             leaf_verdicts: 0,
+            walk_record: false,
         }
     }
 
@@ -284,8 +290,17 @@ impl ListingCache {
     /// again. Its trust horizon stays this walk's, which is earlier than the later walk's
     /// start: no ctime is trusted that the later walk's own horizon would not trust.
     pub fn into_next_walk(self) -> Self {
+        // This walk's record held and nothing was read: the later walk reads the file if it
+        // needs it.
+        if !self.loaded && self.new.is_empty() {
+            return ListingCache {
+                walk_record: false,
+                ..self
+            };
+        }
         let new = HashMap::with_capacity(self.new.len());
         ListingCache {
+            walk_records: self.walk_records,
             file: self.file,
             old: self.new,
             new,
@@ -298,6 +313,21 @@ impl ListingCache {
             misses: 0,
             unopened: 0,
             leaf_verdicts: 0,
+            walk_record: false,
+        }
+    }
+
+    /// The cache's file, when walks are recorded (their records live beside it).
+    pub(crate) fn record_beside(&self) -> Option<&Path> {
+        self.file.as_deref().filter(|_| self.walk_records)
+    }
+
+    /// This cache without walk records (tests of the listings themselves).
+    #[cfg(test)]
+    pub(crate) fn without_walk_records(self) -> Self {
+        ListingCache {
+            walk_records: false,
+            ..self
         }
     }
 
@@ -504,7 +534,7 @@ fn ctime_is_local(fd: RawFd) -> bool {
 }
 
 /// FNV-1a, 64 bits: the cache file's name from the project's path.
-fn fnv1a(b: &[u8]) -> u64 {
+pub(crate) fn fnv1a(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
         (h ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3)
     })

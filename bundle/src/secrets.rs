@@ -10,6 +10,7 @@ use globset::{Glob, GlobMatcher};
 
 pub use crate::listing::ListingCache;
 use crate::listing::{LeafKey, Listing, Stamp};
+use crate::walkrecord;
 use serde::Serialize;
 
 use crate::error::TranslateError;
@@ -370,7 +371,9 @@ fn scan_within(
             find_git,
             budget,
         };
-        let Some(scan) = scan_attempt(patterns, &attempt, &mut visited, cache)? else {
+        let mut pending = None;
+        let Some(scan) = scan_attempt(patterns, &attempt, &mut visited, cache, &mut pending)?
+        else {
             continue;
         };
         // A directory seen under two names was renamed during the walk (it may have hidden
@@ -380,6 +383,9 @@ fn scan_within(
         inos.sort_unstable();
         let distinct = inos.windows(2).all(|w| w[0] != w[1]);
         if distinct && visited.iter().all(|v| v.unchanged()) {
+            if let Some(p) = pending {
+                record_walk(p, project, &visited);
+            }
             return Ok(scan);
         }
     }
@@ -484,20 +490,8 @@ fn cached_leaf(
         return None;
     }
     let c = Dir::c_name(name.as_bytes()).ok()?;
-    // SAFETY: an all-zero statx is valid for the kernel to fill.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: statx of an entry of our open directory (a valid C string, no symlink followed),
-    // into a local.
-    let r = unsafe {
-        libc::statx(
-            parent.fd.as_raw_fd(),
-            c.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_BASIC_STATS,
-            &mut st,
-        )
-    };
-    if r != 0 || u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
+    let st = statx_at(parent.fd.as_raw_fd(), &c, libc::AT_SYMLINK_NOFOLLOW).ok()?;
+    if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
         return None;
     }
     let (ino, ctime, encrypted) = statx_identity(&st);
@@ -616,21 +610,7 @@ impl Dir {
         }
         // SAFETY: the kernel just returned this descriptor; nothing else owns it.
         let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
-        // SAFETY: an all-zero statx is valid for the kernel to fill.
-        let mut st: libc::statx = unsafe { std::mem::zeroed() };
-        // SAFETY: statx of the open descriptor itself (empty path), into a local.
-        let r = unsafe {
-            libc::statx(
-                fd.as_raw_fd(),
-                c"".as_ptr(),
-                libc::AT_EMPTY_PATH,
-                libc::STATX_BASIC_STATS,
-                &mut st,
-            )
-        };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let st = statx_at(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH)?;
         let (ino, ctime, encrypted) = statx_identity(&st);
         Ok(Dir {
             fd,
@@ -759,6 +739,7 @@ fn scan_attempt(
     a: &Attempt<'_>,
     visited: &mut Vec<Visited>,
     cache: &mut ListingCache,
+    pending: &mut Option<Pending>,
 ) -> Result<Option<Scan>, TranslateError> {
     let (home, project, find_git) = (a.home, a.project, a.find_git);
     let mut git_entries = vec![];
@@ -807,7 +788,27 @@ fn scan_attempt(
     // Matches judged through the descriptor, added after the walk (for one target, a match
     // reached through a symlink is recorded first, as the path-based walk did).
     let mut direct: Vec<SecretMatch> = vec![];
-    if !names.is_empty() || find_git {
+    // The index in `names` of the pattern that matched each of `direct`.
+    let mut direct_by: Vec<usize> = vec![];
+    // A walk that matched a secret through a symlink is not recorded (walkrecord.rs).
+    let mut linked = false;
+    let mut target = None;
+    'walk: {
+        if names.is_empty() && !find_git {
+            break 'walk;
+        }
+        // The record of an earlier walk, when the project is as it recorded (walkrecord.rs).
+        target = record_target(cache, &names, find_git, a.budget, project);
+        if let Some((d, g)) = target
+            .as_ref()
+            .and_then(|t| reuse_record(t, project, &names, cache))
+        {
+            direct.extend(d);
+            git_entries.extend(g);
+            cache.walk_record = true;
+            target = None;
+            break 'walk;
+        }
         let mut budget = a.budget;
         let over_budget = || TranslateError::SecretScan {
             root: project.to_path_buf(),
@@ -850,7 +851,7 @@ fn scan_attempt(
                 continue;
             };
             *next = after;
-            let matched = names.iter().find(|(g, _)| g.is_match(name));
+            let matched = names.iter().position(|(g, _)| g.is_match(name));
             let descend = descends(name, is_dir);
             let is_git = find_git && name == ".git";
             budget = budget.checked_sub(1).ok_or_else(over_budget)?;
@@ -861,11 +862,13 @@ fn scan_attempt(
             if is_git {
                 git_entries.push(path.clone());
             }
-            if let Some((_, s)) = matched {
+            if let Some(i) = matched {
+                let s = names[i].1;
                 // Judged through the directory's descriptor: a path lookup now could land in
                 // another directory that a rename put at this path.
                 match fd.stat_child(name) {
                     Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
+                        linked = true;
                         for m in resolve_match(&path, s)? {
                             add(Some(m));
                         }
@@ -885,6 +888,7 @@ fn scan_attempt(
                             dev: st.st_dev,
                             ino: st.st_ino,
                         });
+                        direct_by.push(i);
                     }
                     Err(e) if e.raw_os_error() == Some(libc::ENOENT) => changed = true,
                     Err(e) => return Err(err(&path, e)),
@@ -939,6 +943,26 @@ fn scan_attempt(
     if changed {
         return Ok(None);
     }
+    if let Some(t) = target.filter(|_| !linked) {
+        *pending = Some(Pending {
+            target: t,
+            found: direct
+                .iter()
+                .zip(&direct_by)
+                .map(|(m, &i)| walkrecord::Found {
+                    rel: relative_to(&m.path, project),
+                    dir: m.kind == MaskKind::Dir,
+                    pattern: i as u32,
+                    dev: m.dev,
+                    ino: m.ino,
+                })
+                .collect(),
+            git: git_entries
+                .iter()
+                .map(|g| relative_to(g, project))
+                .collect(),
+        });
+    }
     for m in direct {
         add(Some(m));
     }
@@ -948,6 +972,184 @@ fn scan_attempt(
         secrets: found,
         git_entries,
     }))
+}
+
+/// Where and under which key a walk is recorded ([`crate::walkrecord`]).
+struct RecordTarget {
+    file: PathBuf,
+    key: u128,
+}
+
+/// A walk that may be recorded once its consistency check passes: where, and what it found.
+struct Pending {
+    target: RecordTarget,
+    found: Vec<walkrecord::Found>,
+    git: Vec<Vec<u8>>,
+}
+
+/// Where this walk's record lives and its key, when the cache has a file and the running
+/// binary can be identified. The key is a SHA-256 of the leaf key ([`leaf_key`]: the name
+/// patterns as written, `.git` looked for or not, the skipped names, the binary), the entry
+/// budget and the project; the file's name, of what kind of walk it is (the patterns and
+/// `find_git`, not the binary: an upgrade overwrites its predecessor's record).
+fn record_target(
+    cache: &ListingCache,
+    names: &[(&NameMatch, &Sourced<String>)],
+    find_git: bool,
+    budget: usize,
+    project: &Path,
+) -> Option<RecordTarget> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::ffi::OsStrExt;
+    let listings = cache.record_beside()?;
+    let leaf = leaf_key(names, find_git);
+    if leaf == 0 {
+        return None;
+    }
+    let mut h = Sha256::new();
+    h.update(b"vetto walk record 1\0");
+    h.update(leaf.to_le_bytes());
+    h.update((budget as u64).to_le_bytes());
+    h.update(project.as_os_str().as_bytes());
+    let d = h.finalize();
+    let mut k = [0u8; 16];
+    k.copy_from_slice(&d[..16]);
+    let mut tag = crate::listing::fnv1a(&[u8::from(find_git)]);
+    for (_, s) in names {
+        tag ^= crate::listing::fnv1a(s.value.as_bytes()).rotate_left(7);
+        tag = tag.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    Some(RecordTarget {
+        file: walkrecord::file(listings, tag),
+        key: u128::from_le_bytes(k),
+    })
+}
+
+/// `p` relative to `project`, as bytes.
+fn relative_to(p: &Path, project: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    p.strip_prefix(project)
+        .unwrap_or(p)
+        .as_os_str()
+        .as_bytes()
+        .to_vec()
+}
+
+/// Record a walk that passed its consistency check, when every directory it visited had a
+/// trusted ctime and lay on the project's own file system (one fstatfs answered for it). The
+/// walk visited directories in pre-order (each before those beneath it): reversed, that is a
+/// post-order, the order a record is checked in. A record that cannot be written is no error:
+/// the next start walks.
+fn record_walk(p: Pending, project: &Path, visited: &[Visited]) {
+    let Some((root, rest)) = visited.split_first() else {
+        return;
+    };
+    if !visited.iter().all(|v| v.trusted && v.ino.0 == root.ino.0) {
+        return;
+    }
+    let rec = walkrecord::Record {
+        root: (root.ino, root.ctime),
+        dirs: rest
+            .iter()
+            .rev()
+            .map(|v| walkrecord::Dir {
+                rel: relative_to(&v.path, project),
+                ino: v.ino,
+                ctime: v.ctime,
+            })
+            .collect(),
+        found: p.found,
+        git: p.git,
+    };
+    // Not saved (a full disk, a read-only state directory): the next start walks.
+    let _ = walkrecord::save(&p.target.file, p.target.key, project, &rec);
+}
+
+/// The secrets matched by name and the `.git` entries of the recorded walk, when the project
+/// is as the record has it ([`crate::walkrecord`] says why this check is enough): the project
+/// directory the same, on a file system whose ctimes are trusted; every recorded directory, in
+/// the recorded post-order, found by its path relative to the project's descriptor (its last
+/// component not followed) as the same directory at the same ctime; then the project
+/// directory again unchanged and still at its path. Anything else is `None`: the project is
+/// walked.
+fn reuse_record(
+    t: &RecordTarget,
+    project: &Path,
+    names: &[(&NameMatch, &Sourced<String>)],
+    cache: &mut ListingCache,
+) -> Option<(Vec<SecretMatch>, Vec<PathBuf>)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let rec = walkrecord::load(&t.file, t.key, project)?;
+    let root = Dir::open_path(project).ok()?;
+    let fd = root.fd.as_raw_fd();
+    if (root.ino, root.ctime) != rec.root
+        || !cache.trusted(root.ino.0, fd, root.encrypted, root.ctime)
+    {
+        return None;
+    }
+    for d in &rec.dirs {
+        let c = Dir::c_name(&d.rel).ok()?;
+        let st = statx_at(fd, &c, libc::AT_SYMLINK_NOFOLLOW).ok()?;
+        let (ino, ctime, _) = statx_identity(&st);
+        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFDIR
+            || ino != d.ino
+            || ctime != d.ctime
+        {
+            return None;
+        }
+    }
+    let again = statx_at(fd, c"", libc::AT_EMPTY_PATH).ok()?;
+    let (ino, ctime, _) = statx_identity(&again);
+    let at_path = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(project)
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    if (ino, ctime) != rec.root || at_path != Some(rec.root.0) {
+        return None;
+    }
+    let mut secrets = Vec::with_capacity(rec.found.len());
+    for f in &rec.found {
+        let (_, s) = names.get(usize::try_from(f.pattern).ok()?)?;
+        secrets.push(SecretMatch {
+            path: project.join(std::ffi::OsStr::from_bytes(&f.rel)),
+            kind: if f.dir { MaskKind::Dir } else { MaskKind::File },
+            pattern: s.value.clone(),
+            via: None,
+            source: s.source.clone(),
+            dev: f.dev,
+            ino: f.ino,
+        });
+    }
+    let git = rec
+        .git
+        .iter()
+        .map(|g| project.join(std::ffi::OsStr::from_bytes(g)))
+        .collect();
+    // A record in use is rewritten once a day, so that the week-old sweep spares it.
+    if walkrecord::stale(&t.file) {
+        let _ = walkrecord::save(&t.file, t.key, project, &rec);
+    }
+    Some((secrets, git))
+}
+
+/// `statx` of `path` relative to the directory `fd` (`flags`: `AT_SYMLINK_NOFOLLOW`, or
+/// `AT_EMPTY_PATH` with an empty path for `fd` itself), basic fields.
+fn statx_at(
+    fd: libc::c_int,
+    path: &std::ffi::CStr,
+    flags: libc::c_int,
+) -> std::io::Result<libc::statx> {
+    // SAFETY: an all-zero statx is valid for the kernel to fill.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor the caller holds open, a valid C string, a local to fill.
+    let r = unsafe { libc::statx(fd, path.as_ptr(), flags, libc::STATX_BASIC_STATS, &mut st) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st)
 }
 
 /// The secret a matched path names: its resolved target (masked), and when the path is a
@@ -1187,7 +1389,8 @@ mod tests {
         let pats = [src(".env*")];
         let refs: Vec<_> = pats.iter().collect();
         let walk = |budget: usize| {
-            let mut c = ListingCache::open_with_horizon(&state, &proj, later);
+            let mut c =
+                ListingCache::open_with_horizon(&state, &proj, later).without_walk_records();
             let r = scan_within(&refs, &root, &proj, true, &mut c, budget);
             c.save().expect("save");
             (r, c.unopened)
@@ -1219,7 +1422,7 @@ mod tests {
         assert_eq!(unopened, 1);
         assert!(over(r), "warm, one entry short");
         // And the binaries' budget is the constant.
-        let mut c = ListingCache::open_with_horizon(&state, &proj, later);
+        let mut c = ListingCache::open_with_horizon(&state, &proj, later).without_walk_records();
         assert!(scan_project_cached(&refs, &root, &proj, true, &mut c).is_ok());
     }
 
@@ -1246,7 +1449,8 @@ mod tests {
         let pats = [src(".env*")];
         let refs: Vec<_> = pats.iter().collect();
         let walk_with = |refs: &[&Sourced<String>]| {
-            let mut c = ListingCache::open_with_horizon(&state, &proj, later);
+            let mut c =
+                ListingCache::open_with_horizon(&state, &proj, later).without_walk_records();
             let s = scan_project_cached(refs, &root, &proj, true, &mut c).expect("scan");
             c.save().expect("save");
             let found: Vec<PathBuf> = s.secrets.iter().map(|m| m.path.clone()).collect();
@@ -1284,7 +1488,7 @@ mod tests {
         // Whether `.git` is looked for is part of the key: the same patterns without it take
         // no verdict (a leaf for it may hold a `.git`: repo is one of its four leaves). Not
         // saved, so the verdicts of the walks below stay as they were.
-        let mut c = ListingCache::open_with_horizon(&state, &proj, later);
+        let mut c = ListingCache::open_with_horizon(&state, &proj, later).without_walk_records();
         scan_project_cached(&refs, &root, &proj, false, &mut c).expect("scan");
         assert_eq!(
             (c.unopened, c.leaf_verdicts),
@@ -1316,7 +1520,8 @@ mod tests {
         assert_eq!((other.2, other.5), (2, 0), "its leaves, judged afresh");
         // A cache that trusts no ctime (as if every one were within the racy window) reuses
         // nothing and leaves nothing unopened.
-        let mut distrust = ListingCache::open_with_horizon(&state, &proj, (0, 0));
+        let mut distrust =
+            ListingCache::open_with_horizon(&state, &proj, (0, 0)).without_walk_records();
         let s = scan_project_cached(&refs, &root, &proj, true, &mut distrust).expect("scan");
         assert_eq!((distrust.unopened, distrust.hits), (0, 0));
         assert_eq!(s.git_entries, cold.1);
@@ -1342,6 +1547,152 @@ mod tests {
         assert_eq!(
             after.1,
             [proj.join("a/leaf2/.git"), proj.join("b/repo/.git")]
+        );
+    }
+
+    /// A walk's record (walkrecord.rs) stands in for the walk only while the project is as
+    /// it recorded: a secret added anywhere, however deep, a directory renamed, other
+    /// patterns, untrusted ctimes or a damaged record: the project is walked, and every walk
+    /// finds what a walk without any cache finds. A secret reached through a symlink is never
+    /// taken from a record; anchored patterns are resolved afresh either way.
+    #[test]
+    fn a_walk_record_stands_in_only_for_an_unchanged_project() {
+        let (_t, root, proj, state, later) = cache_world();
+        for d in ["a/leaf/deep", "b/sub", "repo/.git", "c"] {
+            std::fs::create_dir_all(proj.join(d)).expect("mk");
+        }
+        for f in ["a/leaf/x.rs", "b/.env", "b/sub/y.rs", "c/z"] {
+            std::fs::write(proj.join(f), "K=1").expect("w");
+        }
+        let pats = [src(".env*"), src("~/home-token")];
+        let refs: Vec<_> = pats.iter().collect();
+        let records = || -> Vec<PathBuf> {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(&state)
+                .expect("ls")
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().contains(".walk"))
+                .collect();
+            v.sort();
+            v
+        };
+        // The oracle: a walk with no cache at all.
+        let plain = |refs: &[&Sourced<String>]| {
+            scan_project_cached(refs, &root, &proj, true, &mut ListingCache::none()).expect("scan")
+        };
+        let walk_with = |refs: &[&Sourced<String>], horizon: Stamp| {
+            let mut c = ListingCache::open_with_horizon(&state, &proj, horizon);
+            let s = scan_project_cached(refs, &root, &proj, true, &mut c).expect("scan");
+            c.save().expect("save");
+            let same = plain(refs);
+            assert_eq!(s.secrets, same.secrets, "as a walk without a cache finds");
+            assert_eq!(s.git_entries, same.git_entries);
+            (s, c.walk_record)
+        };
+        let walk = || walk_with(&refs, later);
+        let (cold, used) = walk();
+        assert!(!used, "no record yet");
+        assert_eq!(records().len(), 1, "the walk was recorded");
+        assert_eq!(
+            cold.secrets
+                .iter()
+                .map(|m| m.path.clone())
+                .collect::<Vec<_>>(),
+            [proj.join("b/.env")]
+        );
+        assert_eq!(cold.git_entries, [proj.join("repo/.git")]);
+        let (warm, used) = walk();
+        assert!(used, "the record stood in for the walk");
+        assert_eq!(
+            (&warm.secrets, &warm.git_entries),
+            (&cold.secrets, &cold.git_entries)
+        );
+        // Anchored patterns are not part of a record: a secret made for one is found by a
+        // walk the record stands in for.
+        std::fs::write(root.join("home-token"), "T").expect("w");
+        let (s, used) = walk();
+        assert!(used);
+        assert!(s.secrets.iter().any(|m| m.path == root.join("home-token")));
+        // Past the file system's clock tick, so that each change below moves a ctime.
+        let tick = || std::thread::sleep(std::time::Duration::from_millis(50));
+        // Each change is made, walked (not from the record) and walked again (the new record).
+        let changes: [(&str, &dyn Fn()); 5] = [
+            ("a secret in the project's own directory", &|| {
+                std::fs::write(proj.join(".env.top"), "K=4").expect("w")
+            }),
+            ("a secret three levels down", &|| {
+                std::fs::write(proj.join("a/leaf/deep/.env.local"), "K=2").expect("w")
+            }),
+            ("a directory holding a secret renamed over another", &|| {
+                std::fs::rename(proj.join("b/sub"), proj.join("c/sub")).expect("mv");
+                std::fs::create_dir(proj.join("b/sub")).expect("mk");
+            }),
+            ("a new repository", &|| {
+                std::fs::create_dir_all(proj.join("c/sub/.git")).expect("mk")
+            }),
+            ("a secret in a leaf", &|| {
+                std::fs::write(proj.join("c/.env.prod"), "K=3").expect("w")
+            }),
+        ];
+        for (what, change) in changes {
+            tick();
+            change();
+            let (_, used) = walk();
+            assert!(!used, "{what}: the record stood in for a changed project");
+            let (_, used) = walk();
+            assert!(used, "{what}: not recorded again");
+        }
+        let (last, _) = walk();
+        assert_eq!(
+            last.secrets
+                .iter()
+                .map(|m| m.path.clone())
+                .collect::<Vec<_>>(),
+            [
+                root.join("home-token"),
+                proj.join(".env.top"),
+                proj.join("a/leaf/deep/.env.local"),
+                proj.join("b/.env"),
+                proj.join("c/.env.prod"),
+            ]
+        );
+        assert_eq!(
+            last.git_entries,
+            [proj.join("c/sub/.git"), proj.join("repo/.git")]
+        );
+        // Other patterns: another record (the key differs), found afresh.
+        let rs = [src("*.rs")];
+        let rs: Vec<_> = rs.iter().collect();
+        let (other, used) = walk_with(&rs, later);
+        assert!(!used, "another walk's record");
+        assert_eq!(other.secrets.len(), 2);
+        assert_eq!(records().len(), 2);
+        // Untrusted ctimes: no record used, none written.
+        for r in records() {
+            std::fs::remove_file(r).expect("rm");
+        }
+        let (_, used) = walk_with(&refs, (0, 0));
+        assert!(!used);
+        assert!(records().is_empty(), "recorded with untrusted ctimes");
+        // A damaged record (cut short): not used.
+        walk();
+        let rec = records().pop().expect("recorded");
+        let b = std::fs::read(&rec).expect("r");
+        std::fs::write(&rec, &b[..b.len() - 1]).expect("w");
+        let (_, used) = walk();
+        assert!(!used, "a damaged record was used");
+        // A secret reached through a symlink: such a walk is not recorded.
+        for r in records() {
+            std::fs::remove_file(r).expect("rm");
+        }
+        std::fs::write(root.join("target.txt"), "S").expect("w");
+        symlink(root.join("target.txt"), proj.join("a/.env")).expect("ln");
+        let (s, used) = walk();
+        assert!(!used);
+        assert!(s.secrets.iter().any(|m| m.path == root.join("target.txt")));
+        assert!(
+            records().is_empty(),
+            "a walk through a symlinked secret was recorded"
         );
     }
 

@@ -494,6 +494,7 @@ pub fn build_with(
         read = listings.misses,
         unopened = listings.unopened,
         leaf_verdicts = listings.leaf_verdicts,
+        walk_record = listings.walk_record,
         "project walk: directory listings"
     );
     for g in &scan.git_entries {

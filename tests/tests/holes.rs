@@ -502,7 +502,8 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
             .unwrap_or(0)
     };
     let reused = |o: &std::process::Output| walk_count(o, "reused");
-    let verdicts = |o: &std::process::Output| walk_count(o, "leaf_verdicts");
+    // The walk's record stood in for the walk (bundle/src/walkrecord.rs).
+    let recorded = |o: &std::process::Output| err(o).contains(" walk_record=true");
     let check = |tier: &str, when: &str| {
         let o = f.run_env(
             &["--tier", tier],
@@ -520,26 +521,29 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
             "{tier}, {when}: a secret was shown: {text}"
         );
         // The cache was in use (the project's own directory was unchanged): the test is about
-        // it, not about a fresh walk.
+        // it, not about a fresh walk. The walk's record did not stand in: the project changed.
         assert!(
             reused(&o) >= 1,
             "{tier}: no listing was reused: {}",
             err(&o)
         );
+        assert!(
+            !recorded(&o),
+            "{tier}, {when}: the record of an earlier walk stood in for a changed project: {}",
+            err(&o)
+        );
     };
     for tier in ["full", "fs-only"] {
-        // The first run caches the listings, the second records which are leaves for these
-        // patterns, the third takes those verdicts (old/deep and elsewhere are leaves): the
-        // changes below land in directories the cache holds verdicts for.
-        for _ in 0..2 {
-            let o = f.run_env(&["--tier", tier], &["/bin/true"], &debug);
-            assert!(o.status.success(), "{tier}: {}", err(&o));
-        }
+        // The first run caches the listings and records the walk; the second takes the
+        // record instead of walking (nothing changed): the changes below land in directories
+        // the cache and the record hold.
+        let o = f.run_env(&["--tier", tier], &["/bin/true"], &debug);
+        assert!(o.status.success(), "{tier}: {}", err(&o));
         let o = f.run_env(&["--tier", tier], &["/bin/true"], &debug);
         assert!(o.status.success(), "{tier}: {}", err(&o));
         assert!(
-            verdicts(&o) >= 2,
-            "{tier}: the leaves' verdicts were not used: {}",
+            recorded(&o),
+            "{tier}: the walk's record did not stand in for the unchanged project: {}",
             err(&o)
         );
         // The walk at the session's end starts from the listings the walk at its start saw

@@ -1,0 +1,323 @@
+//! The record of a whole project walk, so that a start on an unchanged project checks one
+//! `statx` per directory instead of walking it (issue 18: policy and bundle within a
+//! millisecond on a project of 10,000 files).
+//!
+//! A walk whose every directory had a trusted ctime ([`crate::listing`]: on a file system
+//! that keeps ctimes itself, older than the racy window) and that passed its consistency
+//! check saw the project as it was at one moment. It is recorded: each directory's path
+//! relative to the project, (device, inode) and ctime, in **post-order** (every directory
+//! after all those beneath it), and what the walk found: the secrets matched by name (with the
+//! index of the pattern that matched them) and the `.git` entries.
+//!
+//! A later walk with the same key ([`crate::secrets`]: the name patterns, whether `.git` is
+//! looked for, the skipped names, the entry budget, the vetto binary and the project) reuses
+//! that result when, in the recorded order, every directory is found at its path (relative to
+//! the project's descriptor, the last component not followed) as the same directory with the
+//! same ctime, and then the project itself is: why that is enough:
+//!
+//! - A directory's ctime cannot be set back, and every entry added, removed or renamed in it
+//!   changes it. A directory found with its recorded (trusted) ctime has not changed since the
+//!   record was made: it holds the names it held then, bound to the same inodes.
+//! - Each directory is checked before its ancestors. When directory `d` is found by its path
+//!   at time `t`, every ancestor on that path is checked later and found unchanged since the
+//!   record, so at `t` it still held the recorded entry that led to `d`: the path reached the
+//!   recorded `d`, not another directory renamed into its place.
+//! - So every directory was unchanged from the record until its check, and at the moment the
+//!   check began the whole tree was as recorded: the walk's result holds for that moment, as
+//!   a walk's result holds for the moment its consistency check establishes.
+//!
+//! A walk that matched a secret through a symlink is not recorded (its target lies anywhere,
+//! unchanged ctimes in the project say nothing about it), nor is one with any directory
+//! whose ctime is not trusted. The secrets found by anchored patterns are resolved afresh on
+//! every walk. A record that is missing, malformed, of another key or of another project, or
+//! that does not match the tree, is not used: the project is walked.
+
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::listing::Stamp;
+
+/// The file's magic and format version.
+const MAGIC: &[u8; 8] = b"vtwlk001";
+
+/// One directory of the record: its path relative to the project, (device, inode), ctime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Dir {
+    pub rel: Vec<u8>,
+    pub ino: (u64, u64),
+    pub ctime: Stamp,
+}
+
+/// A secret the walk matched by name (not through a symlink).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub rel: Vec<u8>,
+    /// A directory (masked as one) or not.
+    pub dir: bool,
+    /// Index of the name pattern that matched it, in the walk's order.
+    pub pattern: u32,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// A recorded walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// The project directory itself.
+    pub root: ((u64, u64), Stamp),
+    /// Every other directory, in post-order.
+    pub dirs: Vec<Dir>,
+    pub found: Vec<Found>,
+    /// The `.git` entries, relative to the project.
+    pub git: Vec<Vec<u8>>,
+}
+
+impl Record {
+    fn encode(&self, key: u128, project: &Path) -> Vec<u8> {
+        let mut b = Vec::with_capacity(64 + self.dirs.len() * 48);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&key.to_le_bytes());
+        bytes(&mut b, project.as_os_str().as_bytes());
+        let ((dev, ino), (s, ns)) = self.root;
+        for v in [dev, ino, s as u64, ns as u64] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&(self.dirs.len() as u64).to_le_bytes());
+        for d in &self.dirs {
+            bytes(&mut b, &d.rel);
+            for v in [d.ino.0, d.ino.1, d.ctime.0 as u64, d.ctime.1 as u64] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        b.extend_from_slice(&(self.found.len() as u64).to_le_bytes());
+        for f in &self.found {
+            bytes(&mut b, &f.rel);
+            b.push(u8::from(f.dir));
+            b.extend_from_slice(&f.pattern.to_le_bytes());
+            b.extend_from_slice(&f.dev.to_le_bytes());
+            b.extend_from_slice(&f.ino.to_le_bytes());
+        }
+        b.extend_from_slice(&(self.git.len() as u64).to_le_bytes());
+        for g in &self.git {
+            bytes(&mut b, g);
+        }
+        b
+    }
+
+    /// The record in `buf`, if it is well formed and of `key` and `project`.
+    fn decode(buf: &[u8], key: u128, project: &Path) -> Option<Record> {
+        let mut r = Reader { b: buf, at: 0 };
+        if r.take(MAGIC.len())? != MAGIC
+            || u128::from_le_bytes(r.take(16)?.try_into().ok()?) != key
+            || r.bytes()? != project.as_os_str().as_bytes()
+        {
+            return None;
+        }
+        let root = ((r.u64()?, r.u64()?), (r.u64()? as i64, r.u64()? as i64));
+        let n = r.count()?;
+        let mut dirs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let rel = relative(r.bytes()?)?;
+            let ino = (r.u64()?, r.u64()?);
+            let ctime = (r.u64()? as i64, r.u64()? as i64);
+            dirs.push(Dir { rel, ino, ctime });
+        }
+        let n = r.count()?;
+        let mut found = Vec::with_capacity(n);
+        for _ in 0..n {
+            let rel = relative(r.bytes()?)?;
+            let dir = match r.take(1)?[0] {
+                0 => false,
+                1 => true,
+                _ => return None,
+            };
+            let pattern = u32::from_le_bytes(r.take(4)?.try_into().ok()?);
+            let (dev, ino) = (r.u64()?, r.u64()?);
+            found.push(Found {
+                rel,
+                dir,
+                pattern,
+                dev,
+                ino,
+            });
+        }
+        let n = r.count()?;
+        let mut git = Vec::with_capacity(n);
+        for _ in 0..n {
+            git.push(relative(r.bytes()?)?);
+        }
+        (r.at == buf.len()).then_some(Record {
+            root,
+            dirs,
+            found,
+            git,
+        })
+    }
+}
+
+/// A length-prefixed byte string.
+fn bytes(b: &mut Vec<u8>, s: &[u8]) {
+    b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    b.extend_from_slice(s);
+}
+
+/// `s` if it is a relative path of plain names: not empty, no NUL, no leading `/`, no empty,
+/// `.` or `..` component. (The file is vetto's own; this keeps a damaged one from naming a
+/// path outside the project.)
+fn relative(s: &[u8]) -> Option<Vec<u8>> {
+    let plain = !s.is_empty()
+        && !s.contains(&0)
+        && s.split(|&c| c == b'/')
+            .all(|c| !c.is_empty() && c != b"." && c != b"..");
+    plain.then(|| s.to_vec())
+}
+
+/// A little-endian reader; `None` past the end.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len())?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Some(s)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)?.try_into().ok().map(u64::from_le_bytes)
+    }
+    /// A count of items, each at least 8 bytes: no larger than what is left could hold.
+    fn count(&mut self) -> Option<usize> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        (n <= (self.b.len() - self.at) / 8).then_some(n)
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        self.take(n)
+    }
+}
+
+/// Where the records of one project's walks live: the listing cache's file, with `.walk` and
+/// a tag of the walk's kind ([`tag`]) after it; one file per kind of walk (vetto run's walk at
+/// the start and the one at the end have different patterns).
+pub(crate) fn file(listings: &Path, tag: u64) -> PathBuf {
+    let mut name = listings.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".walk{tag:016x}"));
+    listings.with_file_name(name)
+}
+
+/// The record for `key` and `project` in `file`, if there is a well-formed one.
+pub(crate) fn load(file: &Path, key: u128, project: &Path) -> Option<Record> {
+    let buf = std::fs::read(file).ok()?;
+    Record::decode(&buf, key, project)
+}
+
+/// Save `rec` for `key` and `project` in `file` (a temporary file renamed over it).
+pub(crate) fn save(file: &Path, key: u128, project: &Path, rec: &Record) -> std::io::Result<()> {
+    let b = rec.encode(key, project);
+    let mut tmp = file.as_os_str().to_os_string();
+    tmp.push(format!(".tmp{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    // One a crashed process of the same pid left.
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(&b)?;
+        std::fs::rename(&tmp, file)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Has the record file gone a day without being written? (A record in use is rewritten once a
+/// day, so that the week-old sweep of the cache directory spares it.)
+pub(crate) fn stale(file: &Path) -> bool {
+    std::fs::metadata(file)
+        .and_then(|m| m.modified())
+        .map_or(true, |t| {
+            t.elapsed().map_or(true, |a| a.as_secs() >= 24 * 3600)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Record {
+        Record {
+            root: ((1, 2), (3, 4)),
+            dirs: vec![
+                Dir {
+                    rel: b"a/b".to_vec(),
+                    ino: (1, 5),
+                    ctime: (6, 7),
+                },
+                Dir {
+                    rel: b"a".to_vec(),
+                    ino: (1, 8),
+                    ctime: (9, 10),
+                },
+            ],
+            found: vec![Found {
+                rel: b"a/.env".to_vec(),
+                dir: false,
+                pattern: 0,
+                dev: 1,
+                ino: 11,
+            }],
+            git: vec![b".git".to_vec()],
+        }
+    }
+
+    #[test]
+    fn a_record_reads_back_for_its_key_and_project_only() {
+        let p = Path::new("/p");
+        let b = sample().encode(7, p);
+        assert_eq!(Record::decode(&b, 7, p), Some(sample()));
+        assert_eq!(Record::decode(&b, 8, p), None, "another key");
+        assert_eq!(
+            Record::decode(&b, 7, Path::new("/q")),
+            None,
+            "another project"
+        );
+        // Every truncation, and a byte more, is refused.
+        for n in 0..b.len() {
+            assert_eq!(Record::decode(&b[..n], 7, p), None, "cut at {n}");
+        }
+        let mut more = b.clone();
+        more.push(0);
+        assert_eq!(Record::decode(&more, 7, p), None);
+    }
+
+    #[test]
+    fn a_record_naming_a_path_outside_the_project_is_refused() {
+        let p = Path::new("/p");
+        for bad in [
+            &b"../x"[..],
+            b"/etc",
+            b"a/../../x",
+            b"",
+            b"a//b",
+            b"./a",
+            b"a\0b",
+        ] {
+            let mut r = sample();
+            r.dirs[0].rel = bad.to_vec();
+            assert_eq!(Record::decode(&r.encode(7, p), 7, p), None, "{bad:?}");
+            let mut r = sample();
+            r.found[0].rel = bad.to_vec();
+            assert_eq!(Record::decode(&r.encode(7, p), 7, p), None, "{bad:?}");
+        }
+    }
+}
