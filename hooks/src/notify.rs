@@ -45,7 +45,7 @@ pub enum NotifyError {
 
 const RET_USER_NOTIF: u32 = 0x7fc0_0000;
 /// `PIDFD_THREAD` (`O_EXCL`): a pidfd for one thread, not only a thread-group leader.
-const PIDFD_THREAD: libc::c_int = libc::O_EXCL;
+const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
 
 /// The filter: a native `connect()` goes to the listener; a call of another ABI (i386,
 /// x32) whose number could be `connect` there is refused (`EPERM`) outright; everything else
@@ -245,17 +245,12 @@ impl Notification {
     /// (`PIDFD_THREAD`, Linux 6.9; FS-ONLY needs 6.10 for Landlock ABI 6), and the descriptor
     /// is taken from that thread's own table.
     pub fn take_fd(&self) -> Result<OwnedFd, NotifyError> {
-        // SAFETY: pidfd_open with integers; a new descriptor or -1.
-        let pidfd =
-            unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid as libc::pid_t, PIDFD_THREAD) };
-        if pidfd < 0 {
-            return Err(NotifyError::Io {
+        let pidfd = crate::process::pidfd_open(self.pid as libc::pid_t, PIDFD_THREAD).map_err(
+            |source| NotifyError::Io {
                 what: "pidfd_open",
-                source: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: a fresh descriptor, ours alone.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+                source,
+            },
+        )?;
         // SAFETY: pidfd_getfd with integers; a new descriptor (O_CLOEXEC) or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), self.fd, 0) };
         if fd < 0 {

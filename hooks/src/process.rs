@@ -632,6 +632,47 @@ pub fn block_into_signalfd(
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// Point each of `fds` at `/dev/null` (opened read-write). The descriptor opened for it is
+/// closed afterwards unless it is one of 0, 1, 2 (the lowest free number: a standard
+/// descriptor that was closed stays taken, so that no file opened later lands there and
+/// receives what is written to it). Only `open`, `dup2` and `close`: safe in a child forked
+/// from a threaded process. An error is the first call that failed; the caller decides
+/// whether that is fatal.
+pub fn null_over(fds: &[libc::c_int]) -> io::Result<()> {
+    // SAFETY: a constant C string; a new descriptor or -1.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if null < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut result = Ok(());
+    for &fd in fds {
+        // SAFETY: integer-only: duplicates our descriptor onto `fd`.
+        let r = unsafe { libc::dup2(null, fd) };
+        if (r < 0 || r != fd) && result.is_ok() {
+            result = Err(io::Error::last_os_error());
+        }
+    }
+    if null > 2 {
+        // SAFETY: the descriptor opened above, ours alone.
+        unsafe { libc::close(null) };
+    }
+    result
+}
+
+/// A pidfd of process (or, with `PIDFD_THREAD`, thread) `pid`: `pidfd_open(2)` with `flags`.
+/// The caller knows the pid is not reused meanwhile (its own unreaped child, itself, its
+/// parent checked alive) or checks what the pidfd refers to after opening it.
+pub fn pidfd_open(pid: libc::pid_t, flags: libc::c_uint) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nothing else owns (a descriptor number fits a c_int).
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
 /// How a child ended, as a shell says it: its exit code, or 128 + the signal that killed it;
 /// `None` while it has not ended.
 pub fn exit_code(status: WaitStatus) -> Option<i32> {
@@ -677,6 +718,33 @@ mod tests {
 
     use super::*;
     use crate::testutil::{errno, in_child};
+
+    /// `null_over` points exactly the descriptors it is given at /dev/null.
+    #[test]
+    fn null_over_replaces_the_given_descriptors_only() {
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        let (a, b) = (900, 901);
+        // SAFETY: duplicating our own pipe onto two unused high numbers.
+        unsafe {
+            assert_eq!(libc::dup2(w.as_raw_fd(), a), a);
+            assert_eq!(libc::dup2(w.as_raw_fd(), b), b);
+        }
+        let target = |fd: i32| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+        null_over(&[a]).expect("null_over");
+        assert_eq!(target(a), Some("/dev/null".into()));
+        assert_eq!(
+            target(b),
+            target(w.as_raw_fd()),
+            "another descriptor was touched"
+        );
+        assert!(null_over(&[-1]).is_err(), "a bad descriptor is an error");
+        // SAFETY: closing the two numbers this test made.
+        unsafe {
+            libc::close(a);
+            libc::close(b);
+        }
+        drop(r);
+    }
 
     /// The permissions and Rss in kB of the mapping that holds `addr`, from `smaps` text.
     fn mapping_rss(smaps: &str, addr: usize) -> Result<(String, u64), String> {

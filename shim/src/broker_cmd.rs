@@ -36,17 +36,14 @@ fn fd_is_socket(fd: i32) -> bool {
 /// Stop the broker (as SIGTERM does) when `pid` (a `vetto-shim` container's init) exits: a
 /// thread blocks on a pidfd of it.
 fn watch(pid: i32) -> Result<()> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    if fd < 0 {
-        bail!(
-            "broker: the container's init {pid} is gone: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+    let pidfd = match vetto_hooks::process::pidfd_open(pid, 0) {
+        Ok(fd) => fd,
+        Err(e) => bail!("broker: the container's init {pid} is gone: {e}"),
+    };
     std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
         let mut p = libc::pollfd {
-            fd,
+            fd: pidfd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };

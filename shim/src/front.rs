@@ -103,11 +103,8 @@ pub fn split() {
                 }
             }
             FRONT.store(front, Ordering::Relaxed);
-            // SAFETY: pidfd_open on the front's pid (our parent, checked above); returns a
-            // new descriptor or -1.
-            let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, front, 0) } as RawFd;
-            // SAFETY: a fresh descriptor, ours alone.
-            let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd) });
+            // The front's pid: our parent, checked alive above.
+            let pidfd = vetto_hooks::process::pidfd_open(front, 0).ok();
             if let Ok(mut s) = STATUS.lock() {
                 *s = Some((w, pidfd));
             }
@@ -234,20 +231,12 @@ pub fn deliver(code: u8) -> bool {
     };
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
-    // SAFETY: integer-only calls on this process's descriptors: /dev/null over 0, 1 and 2;
-    // then the death signal disarmed (the front is about to exit, on purpose).
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        if null >= 0 {
-            for n in 0..3 {
-                libc::dup2(null, n);
-            }
-            if null > 2 {
-                libc::close(null);
-            }
-        }
-        libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0);
-    }
+    // Best effort: a descriptor left as it was still holds the caller's pipe open, nothing
+    // more.
+    let _ = vetto_hooks::process::null_over(&[0, 1, 2]);
+    // SAFETY: an integer-only prctl: the death signal disarmed (the front is about to exit,
+    // on purpose).
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0) };
     // SAFETY: writing one byte from our buffer to our own pipe.
     let n = unsafe { libc::write(fd.as_raw_fd(), [code].as_ptr().cast(), 1) };
     if n != 1 {

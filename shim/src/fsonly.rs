@@ -17,7 +17,7 @@
 //! signal scope confines) and reaps them. What remains is documented in the threat model.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -670,13 +670,8 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         .map(PathBuf::from)
         .unwrap_or_else(|| facts.project.clone());
 
-    // SAFETY: pidfd_open on our own pid; returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as RawFd;
-    if pidfd < 0 {
-        bail!("PDEATHSIG: pidfd_open: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor, ours alone.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let pidfd = vetto_hooks::process::pidfd_open(std::process::id() as libc::pid_t, 0)
+        .map_err(|e| anyhow::anyhow!("PDEATHSIG: pidfd_open: {e}"))?;
     let tty = crate::pty::is_tty(0);
     let capabilities = match facts.uid {
         0 => Capabilities::DropAll,

@@ -473,13 +473,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         true => None,
         false => Some(sidecar::channel()?),
     };
-    // SAFETY: pidfd_open on our own pid; returns a new descriptor or -1.
-    let pidfd =
-        unsafe { libc::syscall(libc::SYS_pidfd_open, nix::unistd::getpid().as_raw(), 0) } as RawFd;
-    let pidfd = (pidfd >= 0).then(|| {
-        // SAFETY: fresh descriptor.
-        unsafe { OwnedFd::from_raw_fd(pidfd) }
-    });
+    let pidfd = vetto_hooks::process::pidfd_open(nix::unistd::getpid().as_raw(), 0).ok();
     let sfd = vetto_hooks::process::block_into_signalfd(
         SUPERVISED,
         libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,

@@ -347,10 +347,8 @@ pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// aborted) and exits; SIGKILL if it has not within [`STOP_GRACE`].
 pub fn stop(child: Child) {
     let pid = child.id() as libc::pid_t;
-    // SAFETY: pidfd_open on our own unreaped child; returns a new descriptor or -1.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
-    // SAFETY: a fresh descriptor, ours alone (checked non-negative).
-    let pidfd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
+    // Our own unreaped child: its pid cannot have been reused.
+    let pidfd = vetto_hooks::process::pidfd_open(pid, 0).ok();
     // SAFETY: kill(2) on our unreaped child: its pid cannot have been reused.
     let termed = unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
     let deadline = std::time::Instant::now() + STOP_GRACE;

@@ -194,12 +194,10 @@ impl Probe {
             return failed("clone", errno());
         }
         drop(w);
-        // SAFETY: pidfd_open on our own unreaped child; a new descriptor or -1.
-        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
         Probe {
             pid,
-            // SAFETY: a fresh descriptor (checked non-negative).
-            pidfd: (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) }),
+            // Our own unreaped child: its pid cannot have been reused.
+            pidfd: vetto_hooks::process::pidfd_open(pid, 0).ok(),
             report: Some(r),
             failed: None,
             stack: Some(stack),

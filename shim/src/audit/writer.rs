@@ -462,19 +462,12 @@ fn writer_main(
         // SAFETY: leaving at once (see below): the writer must not hold what it could not close.
         unsafe { libc::_exit(1) };
     }
-    // SAFETY: as above: /dev/null stands in for 0 and 1.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        if null < 0 || libc::dup2(null, 0) != 0 || libc::dup2(null, 1) != 1 {
-            libc::_exit(1);
-        }
-        // A caller that closed stderr: the socket took its number, and must not stay there.
-        if fd == 2 && libc::dup2(null, 2) != 2 {
-            libc::_exit(1);
-        }
-        if null > 3 {
-            libc::close(null);
-        }
+    // /dev/null stands in for 0 and 1, and for 2 when the caller had closed stderr and the
+    // socket took its number (it must not stay there).
+    let std_fds: &[libc::c_int] = if fd == 2 { &[0, 1, 2] } else { &[0, 1] };
+    if vetto_hooks::process::null_over(std_fds).is_err() {
+        // SAFETY: leaving at once, as above.
+        unsafe { libc::_exit(1) };
     }
     // The descriptor number the OwnedFd held is closed or is 3 now: forget it.
     std::mem::forget(sock);
@@ -550,14 +543,8 @@ fn serve(
                 // The caller's stderr is let go before the answer: a reader of it waits for
                 // every copy to close, and vetto's status follows the answer at once. (What
                 // the end has to say is in the answer.)
-                // SAFETY: integer-only calls on this process's own descriptors.
-                unsafe {
-                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                    if null >= 0 {
-                        libc::dup2(null, 2);
-                        libc::close(null);
-                    }
-                }
+                // Best effort: a stderr left as it was only delays the caller's reader.
+                let _ = vetto_hooks::process::null_over(&[2]);
                 reply(&mut sock, &ended);
                 return i32::from(!recorded);
             }

@@ -10,7 +10,7 @@
 //! records each connection in the container's session; it stops on SIGTERM (sent by its
 //! watch thread when the init exits, or by [`stop`]) after recording those still open.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -111,13 +111,9 @@ pub fn attach(
 /// [`sidecar::STOP_GRACE`]. Signals go through a pidfd opened before the check, so a pid
 /// reused since is never signalled.
 pub fn stop(pid: i32) {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    if fd < 0 {
+    let Ok(pidfd) = vetto_hooks::process::pidfd_open(pid, 0) else {
         return; // Gone (and reaped).
-    }
-    // SAFETY: the descriptor was just created and is ours alone.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    };
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     if !cmdline.split(|b| *b == 0).any(|a| a == b"__broker") {
         return; // Exited (a zombie has no command line), or not a broker.
