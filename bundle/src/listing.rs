@@ -427,24 +427,32 @@ impl ListingCache {
             b.extend_from_slice(&(raw.len() as u64).to_le_bytes());
             b.extend_from_slice(raw);
         }
-        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-        // One a crashed process of the same pid left.
-        let _ = std::fs::remove_file(&tmp);
-        let written = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp)?;
-            f.write_all(&b)?;
-            std::fs::rename(&tmp, file)
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written
+        replace_file(file, &b)
     }
+}
+
+/// Write `file` (mode 0600) as a whole or not at all: a temporary file beside it (its name
+/// with `.tmp` and our pid after it; one a crashed process of the same pid left is removed
+/// first), renamed over it. The cache's files and the walk records are written so.
+pub(crate) fn replace_file(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = file.as_os_str().to_os_string();
+    tmp.push(format!(".tmp{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        std::fs::rename(&tmp, file)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// A little-endian reader over the file; `None` past its end.

@@ -32,9 +32,7 @@
 //! every walk. A record that is missing, malformed, of another key or of another project, or
 //! that does not match the tree, is not used: the project is walked.
 
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::listing::Stamp;
@@ -216,28 +214,9 @@ pub(crate) fn load(file: &Path, key: u128, project: &Path) -> Option<Record> {
     Record::decode(&buf, key, project)
 }
 
-/// Save `rec` for `key` and `project` in `file` (a temporary file renamed over it).
+/// Save `rec` for `key` and `project` in `file` (written whole or not at all).
 pub(crate) fn save(file: &Path, key: u128, project: &Path, rec: &Record) -> std::io::Result<()> {
-    let b = rec.encode(key, project);
-    let mut tmp = file.as_os_str().to_os_string();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    // One a crashed process of the same pid left.
-    let _ = std::fs::remove_file(&tmp);
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
-        f.write_all(&b)?;
-        std::fs::rename(&tmp, file)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    crate::listing::replace_file(file, &rec.encode(key, project))
 }
 
 /// Has the record file gone a day without being written? (A record in use is rewritten once a
