@@ -20,6 +20,55 @@ pub const AGENTS: &[(&str, &str)] = &[
     ("opencode", include_str!("../profiles/agents/opencode.toml")),
 ];
 
+/// The built-in profiles and agent profiles as JSON (`build.rs` makes it from their TOML):
+/// what a start parses.
+const JSON: &[(&str, &str)] = &[
+    (
+        "default",
+        include_str!(concat!(env!("OUT_DIR"), "/default.json")),
+    ),
+    (
+        "read-only",
+        include_str!(concat!(env!("OUT_DIR"), "/read-only.json")),
+    ),
+    ("ci", include_str!(concat!(env!("OUT_DIR"), "/ci.json"))),
+    (
+        "agents-claude",
+        include_str!(concat!(env!("OUT_DIR"), "/agents-claude.json")),
+    ),
+    (
+        "agents-codex",
+        include_str!(concat!(env!("OUT_DIR"), "/agents-codex.json")),
+    ),
+    (
+        "agents-aider",
+        include_str!(concat!(env!("OUT_DIR"), "/agents-aider.json")),
+    ),
+    (
+        "agents-gemini",
+        include_str!(concat!(env!("OUT_DIR"), "/agents-gemini.json")),
+    ),
+    (
+        "agents-opencode",
+        include_str!(concat!(env!("OUT_DIR"), "/agents-opencode.json")),
+    ),
+];
+
+/// Parse the JSON form of built-in profile `key` (`default`, `agents-claude`), which exists
+/// for every name in [`PROFILES`] and [`AGENTS`] (`tests`).
+fn parse_json(key: &str, origin: &str) -> Result<PolicyFile, PolicyError> {
+    let parse_error = |message: String| PolicyError::Parse {
+        origin: origin.to_string(),
+        message,
+    };
+    let text = JSON
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| parse_error("no JSON form was built for it".into()))?;
+    serde_json::from_str(text).map_err(|e| parse_error(e.to_string()))
+}
+
 /// The text of a built-in agent profile.
 pub fn agent_text(name: &str) -> Option<&'static str> {
     AGENTS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
@@ -27,8 +76,11 @@ pub fn agent_text(name: &str) -> Option<&'static str> {
 
 /// Parse a built-in agent profile.
 pub fn load_agent(name: &str) -> Result<PolicyFile, PolicyError> {
-    let t = agent_text(name).ok_or_else(|| PolicyError::UnknownAgent(name.to_string()))?;
-    PolicyFile::parse(t, &format!("built-in agent profile \"{name}\""))
+    agent_text(name).ok_or_else(|| PolicyError::UnknownAgent(name.to_string()))?;
+    parse_json(
+        &format!("agents-{name}"),
+        &format!("built-in agent profile \"{name}\""),
+    )
 }
 
 /// The built-in agent a command is, by its file name (`claude`, `/usr/bin/codex`).
@@ -44,21 +96,32 @@ pub fn text(name: &str) -> Option<&'static str> {
 
 /// Parse a built-in profile.
 pub fn load(name: &str) -> Result<PolicyFile, PolicyError> {
-    let t = text(name).ok_or_else(|| PolicyError::UnknownProfile(name.to_string()))?;
-    PolicyFile::parse(t, &format!("built-in profile \"{name}\""))
+    text(name).ok_or_else(|| PolicyError::UnknownProfile(name.to_string()))?;
+    parse_json(name, &format!("built-in profile \"{name}\""))
 }
 
 #[cfg(test)]
 mod tests {
+    use crate::policy::PolicyFile;
+
+    /// Every built-in profile parses from its TOML, and what a start loads (its JSON form,
+    /// made by build.rs) is exactly that; no JSON form is left without its TOML.
     #[test]
-    fn every_builtin_profile_parses() {
-        for (name, _) in super::PROFILES {
-            super::load(name).expect("built-in profile parses");
+    fn every_builtin_profile_parses_and_its_json_form_is_the_same() {
+        for (name, text) in super::PROFILES {
+            let toml = PolicyFile::parse(text, name).expect("built-in profile parses");
+            assert_eq!(super::load(name).expect("JSON form"), toml, "{name}");
         }
-        for (name, _) in super::AGENTS {
-            let a = super::load_agent(name).expect("built-in agent profile parses");
+        for (name, text) in super::AGENTS {
+            let toml = PolicyFile::parse(text, name).expect("built-in agent profile parses");
+            let a = super::load_agent(name).expect("JSON form");
+            assert_eq!(a, toml, "{name}");
             assert!(a.profile.is_none() && a.extends.is_none(), "{name}");
         }
+        assert_eq!(
+            super::JSON.len(),
+            super::PROFILES.len() + super::AGENTS.len()
+        );
     }
 
     #[test]

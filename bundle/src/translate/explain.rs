@@ -29,6 +29,9 @@ impl Builder {
         detail: impl ToString,
         source: impl ToString,
     ) {
+        if self.quiet {
+            return;
+        }
         self.explain.push(ExplainItem {
             category: category.into(),
             item: item.to_string(),

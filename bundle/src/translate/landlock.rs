@@ -20,6 +20,9 @@ pub fn write_access(project: ProjectAccess) -> Option<FsAccess> {
 
 /// One note for each rule.
 pub(super) fn note(b: &mut Builder) {
+    if b.quiet {
+        return;
+    }
     let src = Source::Builtin("layout".into()).to_string();
     for r in &b.rules {
         b.explain.push(ExplainItem {

@@ -53,7 +53,7 @@ pub struct Translation {
     pub plan: Plan,
     /// Symlinks to create in the rootfs (merged-/usr hosts: `/bin -> usr/bin`).
     pub rootfs_links: Vec<(PathBuf, String)>,
-    /// Every item with its origin.
+    /// Every item with its origin (empty for `vetto run`, which does not show it).
     pub explain: Vec<ExplainItem>,
     /// Protected paths that were absent: host tools load them, so the supervisor reports (and
     /// with `filesystem.handoff = "remove"` removes) any the sandbox created.
@@ -78,6 +78,8 @@ struct Builder {
     init_mounts: Vec<InitMount>,
     rules: Vec<LandlockRule>,
     explain: Vec<ExplainItem>,
+    /// No explanation is kept (`vetto run`: only `vetto policy explain` shows it).
+    quiet: bool,
     seq: usize,
 }
 
@@ -147,7 +149,10 @@ pub fn translate(
     id: &str,
 ) -> Result<Translation, TranslateError> {
     network::check_publish(policy)?;
-    let mut b = Builder::default();
+    let mut b = Builder {
+        quiet: id == "run",
+        ..Builder::default()
+    };
     let layout = mounts::layout(&mut b, policy, facts)?;
     // In review mode nothing the sandbox writes in the project reaches it: the project's
     // protected paths and git metadata stay writable in the overlay (git works), and `vetto
