@@ -16,15 +16,18 @@
 //! same ctime, and then the project itself is: why that is enough:
 //!
 //! - A directory's ctime cannot be set back, and every entry added, removed or renamed in it
-//!   changes it. A directory found with its recorded (trusted) ctime has not changed since the
-//!   record was made: it holds the names it held then, bound to the same inodes.
-//! - Each directory is checked before its ancestors. When directory `d` is found by its path
-//!   at time `t`, every ancestor on that path is checked later and found unchanged since the
-//!   record, so at `t` it still held the recorded entry that led to `d`: the path reached the
-//!   recorded `d`, not another directory renamed into its place.
-//! - So every directory was unchanged from the record until its check, and at the moment the
-//!   check began the whole tree was as recorded: the walk's result holds for that moment, as
-//!   a walk's result holds for the moment its consistency check establishes.
+//!   changes it; a recorded ctime is older than the racy window, so a later change cannot
+//!   leave it as it was. The very directory (device and inode) found with its recorded ctime
+//!   has not changed since that ctime was set: it holds the names it held then, bound to the
+//!   same inodes. (A directory made since in its place has a new inode or a new ctime.)
+//! - So every recorded directory was unchanged from the record until its own check, and at the
+//!   moment the check began the whole tree was as recorded: the walk's result holds for that
+//!   moment, as a walk's result holds for the moment its consistency check establishes. A
+//!   change after that is a change after the scan, as for any walk (the init checks each
+//!   secret's inode again before masking it).
+//! - The order adds this: each directory is checked before its ancestors, which are then found
+//!   unchanged, so every path the check looked up ran through directories as recorded; no
+//!   answer came through a path an ancestor's change had redirected.
 //!
 //! A walk that matched a secret through a symlink is not recorded (its target lies anywhere,
 //! unchanged ctimes in the project say nothing about it), nor is one with any directory
