@@ -437,7 +437,9 @@ pub type ReviewSetup<'a> =
 
 /// [`build`], with `review` asked for the overlay's layers when the policy's project access is
 /// `review`. Also the project walk's listing cache, ready for a second walk at the session's
-/// end ([`ListingCache::into_next_walk`]: the file is not read again).
+/// end ([`ListingCache::into_next_walk`]: the file is not read again; when the walk's record
+/// stood in for this walk, nothing was read, and the later walk reads it only if its own
+/// record does not hold).
 pub fn build_with(
     a: &PolicyArgs,
     id: &str,

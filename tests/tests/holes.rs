@@ -546,8 +546,9 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
             "{tier}: the walk's record did not stand in for the unchanged project: {}",
             err(&o)
         );
-        // The walk at the session's end starts from the listings the walk at its start saw
-        // (in memory): a repository the sandbox makes in a directory both hold is found.
+        // The walk at the session's end (its own record no longer holds: a directory changed)
+        // reads the listings: a repository the sandbox makes in a directory they hold is
+        // found.
         let o = f.run_env(
             &["--tier", tier],
             &["/bin/sh", "-c", "mkdir old/deep/.git && echo end"],
