@@ -502,6 +502,7 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
             .unwrap_or(0)
     };
     let reused = |o: &std::process::Output| walk_count(o, "reused");
+    let verdicts = |o: &std::process::Output| walk_count(o, "leaf_verdicts");
     // The walk's record stood in for the walk (bundle/src/walkrecord.rs).
     let recorded = |o: &std::process::Output| err(o).contains(" walk_record=true");
     let check = |tier: &str, when: &str| {
@@ -544,6 +545,25 @@ both!(a_secret_added_to_a_cached_directory_is_still_masked, |f| {
         assert!(
             recorded(&o),
             "{tier}: the walk's record did not stand in for the unchanged project: {}",
+            err(&o)
+        );
+        // A file added to `elsewhere` (a leaf) makes the record miss; the walks that follow
+        // reuse the listings, the first recording which are leaves for these patterns, the
+        // second taking those verdicts (old/deep is one): the changes below also land in a
+        // directory whose leaf verdict the cache holds.
+        let o = host_sh(f, &f.proj, &format!("touch elsewhere/marker-{tier}"));
+        assert!(o.status.success(), "{}", err(&o));
+        let mut last = None;
+        for _ in 0..2 {
+            let o = f.run_env(&["--tier", tier], &["/bin/true"], &debug);
+            assert!(o.status.success(), "{tier}: {}", err(&o));
+            assert!(!recorded(&o), "{tier}: the record stood in: {}", err(&o));
+            last = Some(o);
+        }
+        let o = last.expect("two runs");
+        assert!(
+            verdicts(&o) >= 1,
+            "{tier}: the leaves' verdicts were not used: {}",
             err(&o)
         );
         // The walk at the session's end (its own record no longer holds: a directory changed)
