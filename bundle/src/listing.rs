@@ -403,10 +403,11 @@ impl ListingCache {
         }
         // Every listing came from the file and nothing was read: the file says the same
         // already (it is still rewritten once a day, so the week-old sweep spares it).
-        let fresh = std::fs::metadata(file)
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() < 24 * 3600));
-        if self.misses == 0 && !self.leaves_added && self.new.len() == self.old.len() && fresh {
+        if self.misses == 0
+            && !self.leaves_added
+            && self.new.len() == self.old.len()
+            && written_today(file)
+        {
             return Ok(());
         }
         let project = self.project.as_os_str().as_bytes();
@@ -455,27 +456,56 @@ pub(crate) fn replace_file(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     written
 }
 
-/// A little-endian reader over the file; `None` past its end.
-struct Reader<'a> {
+/// A little-endian reader over a cache file or a walk record; `None` past its end.
+pub(crate) struct Reader<'a> {
     b: &'a [u8],
     at: usize,
 }
 
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Option<std::ops::Range<usize>> {
+impl<'a> Reader<'a> {
+    pub(crate) fn new(b: &'a [u8]) -> Self {
+        Reader { b, at: 0 }
+    }
+    /// The range of the next `n` bytes.
+    pub(crate) fn take(&mut self, n: usize) -> Option<std::ops::Range<usize>> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len())?;
         let r = self.at..end;
         self.at = end;
         Some(r)
     }
-    fn u64(&mut self) -> Option<u64> {
-        let r = self.take(8)?;
-        self.b[r].try_into().ok().map(u64::from_le_bytes)
+    /// The next `n` bytes.
+    pub(crate) fn slice(&mut self, n: usize) -> Option<&'a [u8]> {
+        let r = self.take(n)?;
+        Some(&self.b[r])
     }
-    fn u128(&mut self) -> Option<u128> {
-        let r = self.take(16)?;
-        self.b[r].try_into().ok().map(u128::from_le_bytes)
+    pub(crate) fn u64(&mut self) -> Option<u64> {
+        self.slice(8)?.try_into().ok().map(u64::from_le_bytes)
     }
+    pub(crate) fn u128(&mut self) -> Option<u128> {
+        self.slice(16)?.try_into().ok().map(u128::from_le_bytes)
+    }
+    /// A count of items, each at least 8 bytes: no larger than what is left could hold.
+    pub(crate) fn count(&mut self) -> Option<usize> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        (n <= (self.b.len() - self.at) / 8).then_some(n)
+    }
+    /// A length-prefixed byte string.
+    pub(crate) fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        self.slice(n)
+    }
+    /// Everything was read.
+    pub(crate) fn done(&self) -> bool {
+        self.at == self.b.len()
+    }
+}
+
+/// Was `file` written within the last day? (A cache file or record still in use is rewritten
+/// once a day, so that the week-old sweep of the cache directory spares it.)
+pub(crate) fn written_today(file: &Path) -> bool {
+    std::fs::metadata(file)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() < 24 * 3600))
 }
 
 /// The cached listings, if `buf` is a well-formed cache of `project` (a hash collision with
@@ -483,7 +513,7 @@ impl Reader<'_> {
 /// checked here (a flag is 0 or 1, a name lies within its listing); the names themselves before
 /// they are used ([`Listing::well_formed`]).
 fn parse(buf: Rc<[u8]>, project: &Path) -> Option<Listings> {
-    let mut r = Reader { b: &buf, at: 0 };
+    let mut r = Reader::new(&buf);
     let magic = r.take(MAGIC.len())?;
     let n = usize::try_from(r.u64()?).ok()?;
     let p = r.take(n)?;
@@ -517,7 +547,7 @@ fn parse(buf: Rc<[u8]>, project: &Path) -> Option<Listings> {
         };
         out.insert((dev, ino), ((s as i64, ns as i64), listing, leaves));
     }
-    (r.at == buf.len()).then_some(out)
+    r.done().then_some(out)
 }
 
 /// Does the file system of `fd` keep directory ctimes in the kernel, where no one can set

@@ -793,12 +793,15 @@ fn scan_attempt(
     // A walk that matched a secret through a symlink is not recorded (walkrecord.rs).
     let mut linked = false;
     let mut target = None;
+    // The leaf key, computed at most once for the record and the walk.
+    let leaf = std::cell::OnceCell::new();
+    let leaf_of = || *leaf.get_or_init(|| leaf_key(&names, find_git));
     'walk: {
         if names.is_empty() && !find_git {
             break 'walk;
         }
         // The record of an earlier walk, when the project is as it recorded (walkrecord.rs).
-        target = record_target(cache, &names, find_git, a.budget, project);
+        target = record_target(cache, &leaf_of, &names, find_git, a.budget, project);
         if let Some((d, g)) = target
             .as_ref()
             .and_then(|t| reuse_record(t, project, &names, cache))
@@ -826,7 +829,7 @@ fn scan_attempt(
         // Only a cache that can hit takes or records verdicts (no digest, no stat of the
         // binary for a cold walk or one without a cache).
         let key = match cache.may_hit() {
-            true => leaf_key(&names, find_git),
+            true => leaf_of(),
             false => 0,
         };
         // Depth first, holding one descriptor per level: each directory is opened relative to
@@ -988,12 +991,13 @@ struct Pending {
 }
 
 /// Where this walk's record lives and its key, when the cache has a file and the running
-/// binary can be identified. The key is a SHA-256 of the leaf key ([`leaf_key`]: the name
+/// binary can be identified. The key is a SHA-256 of the leaf key (`leaf`: [`leaf_key`], the name
 /// patterns as written, `.git` looked for or not, the skipped names, the binary), the entry
 /// budget and the project; the file's name, of what kind of walk it is (the patterns and
 /// `find_git`, not the binary: an upgrade overwrites its predecessor's record).
 fn record_target(
     cache: &ListingCache,
+    leaf: &dyn Fn() -> LeafKey,
     names: &[(&NameMatch, &Sourced<String>)],
     find_git: bool,
     budget: usize,
@@ -1002,7 +1006,7 @@ fn record_target(
     use sha2::{Digest, Sha256};
     use std::os::unix::ffi::OsStrExt;
     let listings = cache.record_beside()?;
-    let leaf = leaf_key(names, find_git);
+    let leaf = leaf();
     if leaf == 0 {
         return None;
     }
@@ -1129,7 +1133,7 @@ fn reuse_record(
         .map(|g| project.join(std::ffi::OsStr::from_bytes(g)))
         .collect();
     // A record in use is rewritten once a day, so that the week-old sweep spares it.
-    if walkrecord::stale(&t.file) {
+    if !crate::listing::written_today(&t.file) {
         let _ = walkrecord::save(&t.file, t.key, project, &rec);
     }
     Some((secrets, git))

@@ -38,7 +38,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::listing::Stamp;
+use crate::listing::{Reader, Stamp};
 
 /// The file's magic and format version.
 const MAGIC: &[u8; 8] = b"vtwlk001";
@@ -109,9 +109,9 @@ impl Record {
 
     /// The record in `buf`, if it is well formed and of `key` and `project`.
     fn decode(buf: &[u8], key: u128, project: &Path) -> Option<Record> {
-        let mut r = Reader { b: buf, at: 0 };
-        if r.take(MAGIC.len())? != MAGIC
-            || u128::from_le_bytes(r.take(16)?.try_into().ok()?) != key
+        let mut r = Reader::new(buf);
+        if r.slice(MAGIC.len())? != MAGIC
+            || r.u128()? != key
             || r.bytes()? != project.as_os_str().as_bytes()
         {
             return None;
@@ -129,12 +129,12 @@ impl Record {
         let mut found = Vec::with_capacity(n);
         for _ in 0..n {
             let rel = relative(r.bytes()?)?;
-            let dir = match r.take(1)?[0] {
+            let dir = match r.slice(1)?[0] {
                 0 => false,
                 1 => true,
                 _ => return None,
             };
-            let pattern = u32::from_le_bytes(r.take(4)?.try_into().ok()?);
+            let pattern = u32::from_le_bytes(r.slice(4)?.try_into().ok()?);
             let (dev, ino) = (r.u64()?, r.u64()?);
             found.push(Found {
                 rel,
@@ -149,7 +149,7 @@ impl Record {
         for _ in 0..n {
             git.push(relative(r.bytes()?)?);
         }
-        (r.at == buf.len()).then_some(Record {
+        r.done().then_some(Record {
             root,
             dirs,
             found,
@@ -175,35 +175,8 @@ fn relative(s: &[u8]) -> Option<Vec<u8>> {
     plain.then(|| s.to_vec())
 }
 
-/// A little-endian reader; `None` past the end.
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len())?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Some(s)
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.take(8)?.try_into().ok().map(u64::from_le_bytes)
-    }
-    /// A count of items, each at least 8 bytes: no larger than what is left could hold.
-    fn count(&mut self) -> Option<usize> {
-        let n = usize::try_from(self.u64()?).ok()?;
-        (n <= (self.b.len() - self.at) / 8).then_some(n)
-    }
-    fn bytes(&mut self) -> Option<&'a [u8]> {
-        let n = usize::try_from(self.u64()?).ok()?;
-        self.take(n)
-    }
-}
-
 /// Where the records of one project's walks live: the listing cache's file, with `.walk` and
-/// a tag of the walk's kind ([`tag`]) after it; one file per kind of walk (vetto run's walk at
+/// a tag of the walk's kind (`secrets.rs::record_target`) after it; one file per kind of walk (vetto run's walk at
 /// the start and the one at the end have different patterns).
 pub(crate) fn file(listings: &Path, tag: u64) -> PathBuf {
     let mut name = listings.file_name().unwrap_or_default().to_os_string();
@@ -220,16 +193,6 @@ pub(crate) fn load(file: &Path, key: u128, project: &Path) -> Option<Record> {
 /// Save `rec` for `key` and `project` in `file` (written whole or not at all).
 pub(crate) fn save(file: &Path, key: u128, project: &Path, rec: &Record) -> std::io::Result<()> {
     crate::listing::replace_file(file, &rec.encode(key, project))
-}
-
-/// Has the record file gone a day without being written? (A record in use is rewritten once a
-/// day, so that the week-old sweep of the cache directory spares it.)
-pub(crate) fn stale(file: &Path) -> bool {
-    std::fs::metadata(file)
-        .and_then(|m| m.modified())
-        .map_or(true, |t| {
-            t.elapsed().map_or(true, |a| a.as_secs() >= 24 * 3600)
-        })
 }
 
 #[cfg(test)]
