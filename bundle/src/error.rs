@@ -144,7 +144,7 @@ pub enum TranslateError {
     /// A feature the policy asks for is not built yet.
     #[error("{0} is not supported yet")]
     Unsupported(String),
-    /// The OCI spec could not be built.
-    #[error("building the OCI spec")]
+    /// The translated spec does not parse into `oci_spec`'s types.
+    #[error("reading the OCI spec")]
     Oci(#[source] serde_json::Error),
 }

@@ -129,13 +129,16 @@ pub fn view(
     devices: &[PathBuf],
     readable: &[PathBuf],
 ) -> View {
-    let spec_mounts = t.spec.mounts().clone().unwrap_or_default();
+    let spec_mounts = t.spec["mounts"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     let kind_at = |p: &Path| {
         spec_mounts
             .iter()
             .rev()
-            .find(|m| m.destination() == p)
-            .and_then(|m| m.typ().clone())
+            .find(|m| m["destination"].as_str().map(Path::new) == Some(p))
+            .and_then(|m| m["type"].as_str().map(str::to_string))
     };
     let mut roots = vec![];
     for r in &t.plan.landlock.rules {

@@ -263,6 +263,9 @@ impl SecretIndex {
     /// Compile `patterns` (`~` is `home`). Fails on a pattern that does not compile.
     pub fn new(patterns: &[&Sourced<String>], home: &Path) -> Result<Self, TranslateError> {
         let mut entries = Vec::with_capacity(patterns.len());
+        // Most anchored patterns share a directory (`~`, `~/.config`, `/etc`): each is
+        // resolved once.
+        let mut canonical: Vec<(PathBuf, PathBuf)> = vec![];
         for p in patterns {
             let raw = &p.value;
             let relative_with_dir = raw.contains('/') && !raw.starts_with(['/', '~']);
@@ -272,7 +275,23 @@ impl SecretIndex {
                 IndexEntry::PerPath
             } else {
                 // The base is not used: the pattern is a bare name or absolute.
-                IndexEntry::Compiled(compile(raw, home, Path::new("/"))?.resolved())
+                IndexEntry::Compiled(match compile(raw, home, Path::new("/"))? {
+                    Pattern::Anchored { dir, last } => {
+                        let resolved = match canonical.iter().find(|(d, _)| *d == dir) {
+                            Some((_, c)) => c.clone(),
+                            None => {
+                                let c = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+                                canonical.push((dir, c.clone()));
+                                c
+                            }
+                        };
+                        Pattern::Anchored {
+                            dir: resolved,
+                            last,
+                        }
+                    }
+                    name => name,
+                })
             };
             entries.push((entry, raw.clone()));
         }

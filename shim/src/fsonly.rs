@@ -648,7 +648,7 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
     filters.push(Filter::DenyList(seccomp));
     ph.mark("view");
 
-    let mut spec = serde_json::to_value(&t.spec)?;
+    let mut spec = t.spec.clone();
     crate::run::clamp_rlimits(&mut spec);
     let mut env: Vec<String> = spec["process"]["env"]
         .as_array()

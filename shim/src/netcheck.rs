@@ -63,6 +63,24 @@ pub fn validate_network(policy: &Policy) -> Result<(), NetCheckError> {
     for h in &policy.host_ports {
         host_port(&h.value).map_err(|reason| entry("network.host_ports", &h.source, reason))?;
     }
+    // The spec exactly as the broker would get it, also when the network is off now. It holds
+    // the resolver and the limits too: when it passes, each of them alone passes (the broker
+    // checks them one by one), so they are checked alone only to name the key that fails.
+    let full = (|| {
+        let mut on = policy.clone();
+        if on.network.value == NetworkMode::Off {
+            on.network.value = NetworkMode::Allowlist;
+        }
+        if let Some(setup) = broker_setup(&on)? {
+            sidecar::broker_spec(&setup.broker)
+                .validate()
+                .map_err(|e| NetCheckError::Spec(sidecar::spec_problem(&e)))?;
+        }
+        Ok::<_, NetCheckError>(())
+    })();
+    let Err(full) = full else {
+        return Ok(());
+    };
     let alone = |key: &'static str, origin: &Source, spec: BrokerSpec| {
         spec.validate()
             .map_err(|e| entry(key, origin, sidecar::spec_problem(&e)))
@@ -95,17 +113,7 @@ pub fn validate_network(policy: &Policy) -> Result<(), NetCheckError> {
             ..BrokerSpec::default()
         },
     )?;
-    // The spec exactly as the broker would get it, also when the network is off now.
-    let mut on = policy.clone();
-    if on.network.value == NetworkMode::Off {
-        on.network.value = NetworkMode::Allowlist;
-    }
-    if let Some(setup) = broker_setup(&on)? {
-        sidecar::broker_spec(&setup.broker)
-            .validate()
-            .map_err(|e| NetCheckError::Spec(sidecar::spec_problem(&e)))?;
-    }
-    Ok(())
+    Err(full)
 }
 
 /// A `host_ports` target as the broker takes it: its listener role `host:ADDR` is parsed as

@@ -299,14 +299,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         .as_deref()
         .map(|d| audit::run_config(d, &args.audit, Some(&policy), &facts.home))
         .transpose()?;
-    let visible: Vec<PathBuf> = t
-        .spec
-        .mounts()
-        .iter()
-        .flatten()
-        .filter(|m| m.typ().as_deref() == Some("bind"))
-        .filter_map(|m| m.source().clone())
-        .collect();
+    let visible: Vec<PathBuf> = t.bind_sources();
     if let Some(cfg) = &audit_cfg {
         audit::check_outside(cfg, &t.writable_roots, &visible)?;
     }
@@ -378,7 +371,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
 
     // config.json: the translated spec, with the command and the ids of the supervisor's
     // user namespace (0 there is the caller on the host).
-    let mut spec = serde_json::to_value(&t.spec)?;
+    let mut spec = std::mem::take(&mut t.spec);
     spec["process"]["args"] = Value::from(args.command.clone());
     for m in ["uidMappings", "gidMappings"] {
         if let Some(list) = spec["linux"][m].as_array_mut() {
@@ -410,8 +403,21 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // The mounts the supervisor makes itself (rootfs.rs's `Premade`), out of config.json.
     let links: Vec<PathBuf> = t.rootfs_links.iter().map(|(l, _)| l.clone()).collect();
     let all_mounts: Vec<Value> = spec["mounts"].as_array().cloned().unwrap_or_default();
+    // Each bind's source is looked at once (symlinks followed, as libcontainer does): is it a
+    // directory, a regular file?
+    let kinds = std::cell::RefCell::new(std::collections::HashMap::<PathBuf, (bool, bool)>::new());
+    let kind = |p: &Path| {
+        *kinds
+            .borrow_mut()
+            .entry(p.to_path_buf())
+            .or_insert_with(|| {
+                p.metadata()
+                    .map_or((false, false), |m| (m.is_dir(), m.is_file()))
+            })
+    };
     let pre = crate::rootfs::premade(&all_mounts, &links, &|p: &Path| {
-        p.metadata().is_ok_and(|m| m.is_dir() || m.is_file())
+        let (dir, file) = kind(p);
+        dir || file
     });
     let (mut premade, mut left) = (vec![], vec![]);
     for (m, p) in all_mounts.iter().zip(&pre) {
@@ -432,7 +438,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         std::os::unix::fs::symlink(target, rootfs.join(rel))
             .with_context(|| format!("rootfs link {}", link.display()))?;
     }
-    let dirs = crate::rootfs::mount_points(&all_mounts, &links, &|p: &Path| p.is_dir());
+    let dirs = crate::rootfs::mount_points(&all_mounts, &links, &|p: &Path| kind(p).0);
     crate::rootfs::make(&rootfs, &dirs);
     ph.mark("bundle");
 

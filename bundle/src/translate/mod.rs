@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::Spec;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::TranslateError;
@@ -47,8 +48,8 @@ pub const SHM_SIZE: &str = "64m";
 /// The result of translation.
 #[derive(Debug, Clone)]
 pub struct Translation {
-    /// The OCI runtime spec (`config.json`).
-    pub spec: Spec,
+    /// The OCI runtime spec (`config.json`), as the JSON written out: see [`Translation::oci`].
+    pub spec: Value,
     /// What the init applies.
     pub plan: Plan,
     /// Symlinks to create in the rootfs (merged-/usr hosts: `/bin -> usr/bin`).
@@ -66,6 +67,24 @@ pub struct Translation {
     /// Host directories the sandbox can write (canonical): nothing vetto writes on the host
     /// during the session may live beneath them.
     pub writable_roots: Vec<PathBuf>,
+}
+
+impl Translation {
+    /// The spec in `oci_spec`'s types, parsed as libcontainer parses `config.json`.
+    pub fn oci(&self) -> Result<Spec, TranslateError> {
+        Spec::deserialize(&self.spec).map_err(TranslateError::Oci)
+    }
+
+    /// The host sources of the spec's bind mounts.
+    pub fn bind_sources(&self) -> Vec<PathBuf> {
+        self.spec["mounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["type"].as_str() == Some("bind"))
+            .filter_map(|m| m["source"].as_str().map(PathBuf::from))
+            .collect()
+    }
 }
 
 /// The bundle as the sections build it.
@@ -217,7 +236,7 @@ pub fn translate(
     network::note(&mut b, policy);
     capabilities::note(&mut b);
     explain::identity(&mut b, policy, facts);
-    let spec = spec::oci_spec(policy, facts, id, env, rlimits, mounts)?;
+    let spec = spec::config(policy, facts, id, env, rlimits, mounts);
     let plan = Plan {
         version: 1,
         mounts: b.init_mounts,

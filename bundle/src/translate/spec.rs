@@ -2,10 +2,8 @@
 
 use std::path::PathBuf;
 
-use oci_spec::runtime::Spec;
 use serde_json::{json, Value};
 
-use crate::error::TranslateError;
 use crate::host::HostFacts;
 use crate::resolve::Policy;
 
@@ -13,17 +11,19 @@ use super::capabilities::INIT_CAPS;
 use super::mounts::{PROC_MASKED, PROC_READONLY};
 
 /// `config.json`: the environment, limits and mounts given, the init's capabilities, the
-/// caller mapped to root of a new user namespace, every other namespace new.
-pub(super) fn oci_spec(
+/// caller mapped to root of a new user namespace, every other namespace new. As JSON: it is
+/// written out as such, and libcontainer parses it into `oci_spec`'s types when it creates the
+/// container (`Translation::oci` parses it the same way, for those who read it typed).
+pub(super) fn config(
     policy: &Policy,
     facts: &HostFacts,
     id: &str,
     env: Vec<String>,
     rlimits: Vec<Value>,
     mounts: Vec<Value>,
-) -> Result<Spec, TranslateError> {
+) -> Value {
     let cwd: &PathBuf = &facts.cwd;
-    let spec_json = json!({
+    json!({
         "ociVersion": "1.0.2",
         "root": {"path": "rootfs", "readonly": true},
         "hostname": "vetto",
@@ -50,6 +50,5 @@ pub(super) fn oci_spec(
             "readonlyPaths": PROC_READONLY,
         },
         "annotations": {"dev.vetto.profile": policy.profile},
-    });
-    serde_json::from_value(spec_json).map_err(TranslateError::Oci)
+    })
 }
