@@ -285,7 +285,14 @@ pub fn running(pid: u32) -> bool {
 
 /// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat).
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    use std::io::Read;
+    // One read: procfs gives the whole line at once to a buffer that holds it (at most 52
+    // numbers of up to 20 digits and a 16-byte name, ~1,200 bytes); `read_to_string` grows
+    // its buffer from 32 bytes, a read each time.
+    let mut f = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut b = [0u8; 2048];
+    let n = f.read(&mut b).ok()?;
+    let stat = std::str::from_utf8(b.get(..n)?).ok()?;
     let after = stat.rsplit_once(')')?.1;
     after.split_whitespace().nth(19)?.parse().ok()
 }
@@ -502,7 +509,8 @@ fn create_with(root: &Path, between: &mut dyn FnMut()) -> Result<Session> {
             .mode(0o600)
             .open(s.dir.join("supervisor"))
             .context("writing the supervisor file")?;
-        writeln!(f, "{pid} {}", start_time(pid).unwrap_or(0))
+        // One write: what reads it never sees half a line.
+        f.write_all(format!("{pid} {}\n", start_time(pid).unwrap_or(0)).as_bytes())
             .context("writing the supervisor file")?;
         fs::DirBuilder::new()
             .mode(0o700)
