@@ -198,11 +198,19 @@ done
 # Counted, not timed: on a small shared machine the timings above swing by a millisecond from
 # run to run, while a count of the supervisor's own system calls (not its children's) moves
 # only when the code does.
-echo "== vetto supervisor system calls (strace -c of the supervisor alone, root, FULL, one run each)"
+echo "== vetto supervisor system calls (strace of the supervisor alone, root, FULL, one run each)"
+# The supervisor is the front's first child (shim/src/front.rs): `strace -ff` writes a file per
+# process; the front's is the one that starts with its execve, and its first clone names the
+# supervisor. (`strace -c` of the command counted the front alone.)
 for where in "$P" "$BIG"; do
-  (cd "$where" && strace -c -o "$work/strace-c" "$work/bin/vetto" run -q --tier full --no-user-policy -- /bin/true) \
-    && awk -v w="$where" '$NF == "total" {printf "%-40s %s calls\n", w, $4}' "$work/strace-c" \
-    || echo "strace failed in $where"
+  rm -f "$work"/stf.*
+  if (cd "$where" && strace -ff -o "$work/stf" "$work/bin/vetto" run -q --tier full --no-user-policy -- /bin/true); then
+    front=$(grep -l -m1 '^execve(' "$work"/stf.* | head -1)
+    sup=$(grep -m1 -oE '^clone.*= [0-9]+$' "$front" | grep -oE '[0-9]+$')
+    printf '%-40s %s calls\n' "$where" "$(grep -cvE '^(\+\+\+|---) ' "$work/stf.$sup")"
+  else
+    echo "strace failed in $where"
+  fi
 done
 
 echo
