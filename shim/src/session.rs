@@ -292,8 +292,10 @@ pub fn start_time(pid: u32) -> Option<u64> {
     let mut f = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
     let mut b = [0u8; 2048];
     let n = f.read(&mut b).ok()?;
-    let stat = std::str::from_utf8(b.get(..n)?).ok()?;
-    let after = stat.rsplit_once(')')?.1;
+    // The fields after the name (which may hold any byte, `)` included) are ASCII.
+    let stat = b.get(..n)?;
+    let close = stat.iter().rposition(|&c| c == b')')?;
+    let after = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
@@ -658,6 +660,28 @@ mod tests {
         assert_eq!(
             entries(t.path()),
             vec!["other", "vetto-4-dd", "vetto-5-ee", "vetto-6-ff"]
+        );
+    }
+
+    #[test]
+    fn the_start_time_of_a_process_whose_name_is_not_utf8_and_holds_a_parenthesis() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = root();
+        // A process's name is its program's file name: `sleep` under another one.
+        let name = std::ffi::OsStr::from_bytes(b"x) 1 2 \xff");
+        let prog = t.path().join(name);
+        std::os::unix::fs::symlink("/bin/sleep", &prog).expect("ln");
+        let mut child = std::process::Command::new(&prog)
+            .arg("10")
+            .spawn()
+            .expect("spawn");
+        let started = start_time(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        let ours = start_time(std::process::id()).expect("ours");
+        assert!(
+            started.is_some_and(|s| s >= ours),
+            "{started:?} (this process: {ours})"
         );
     }
 
