@@ -277,14 +277,18 @@ fn is_tmpfs(p: &Path) -> bool {
 /// its front (`front.rs`) is reparented to the host's init, which may take seconds to reap it,
 /// and until then `/proc/PID` is there, though nothing of it runs or can use what it left.
 pub fn running(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(") ")
-            .is_some_and(|(_, t)| !(t.starts_with('Z') || t.starts_with('X')))
-    })
+    stat_fields(pid).is_some_and(|f| !(f.starts_with('Z') || f.starts_with('X')))
 }
 
 /// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat).
 pub fn start_time(pid: u32) -> Option<u64> {
+    stat_fields(pid)?.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The fields of `/proc/PID/stat` after the process's name, from its state (field 3) on. The
+/// name may hold any byte, `)` and invalid UTF-8 included (it is the program's file name, or
+/// what the process set): the fields start after its last `)`, and are ASCII.
+fn stat_fields(pid: u32) -> Option<String> {
     use std::io::Read;
     // One read: procfs gives the whole line at once to a buffer that holds it (at most 52
     // numbers of up to 20 digits and a 16-byte name, ~1,200 bytes); `read_to_string` grows
@@ -292,11 +296,10 @@ pub fn start_time(pid: u32) -> Option<u64> {
     let mut f = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
     let mut b = [0u8; 2048];
     let n = f.read(&mut b).ok()?;
-    // The fields after the name (which may hold any byte, `)` included) are ASCII.
     let stat = b.get(..n)?;
     let close = stat.iter().rposition(|&c| c == b')')?;
     let after = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-    after.split_whitespace().nth(19)?.parse().ok()
+    Some(after.trim_start().to_string())
 }
 
 /// `flock(LOCK_EX|LOCK_NB)`: `Ok(false)` when somebody else holds it.
@@ -664,7 +667,7 @@ mod tests {
     }
 
     #[test]
-    fn the_start_time_of_a_process_whose_name_is_not_utf8_and_holds_a_parenthesis() {
+    fn a_process_whose_name_is_not_utf8_and_holds_a_parenthesis_is_read() {
         use std::os::unix::ffi::OsStrExt;
         let t = root();
         // A process's name is its program's file name: `sleep` under another one.
@@ -676,6 +679,7 @@ mod tests {
             .spawn()
             .expect("spawn");
         let started = start_time(child.id());
+        let live = running(child.id());
         let _ = child.kill();
         let _ = child.wait();
         let ours = start_time(std::process::id()).expect("ours");
@@ -683,6 +687,7 @@ mod tests {
             started.is_some_and(|s| s >= ours),
             "{started:?} (this process: {ours})"
         );
+        assert!(live, "a live process with such a name read as gone");
     }
 
     #[test]
