@@ -167,11 +167,24 @@ impl Pattern {
     /// With an anchored pattern's directory resolved (symlinks, `..`), as canonical paths are
     /// compared with it; unchanged when it does not exist.
     fn resolved(self) -> Pattern {
+        self.resolved_with(&mut vec![])
+    }
+
+    /// [`Pattern::resolved`], taking a directory's canonical form from `known` (directory,
+    /// canonical) when it was resolved already, and adding it there when not.
+    fn resolved_with(self, known: &mut Vec<(PathBuf, PathBuf)>) -> Pattern {
         match self {
-            Pattern::Anchored { dir, last } => Pattern::Anchored {
-                dir: dir.canonicalize().unwrap_or(dir),
-                last,
-            },
+            Pattern::Anchored { dir, last } => {
+                let dir = match known.iter().find(|(d, _)| *d == dir) {
+                    Some((_, c)) => c.clone(),
+                    None => {
+                        let c = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+                        known.push((dir, c.clone()));
+                        c
+                    }
+                };
+                Pattern::Anchored { dir, last }
+            }
             name => name,
         }
     }
@@ -275,23 +288,9 @@ impl SecretIndex {
                 IndexEntry::PerPath
             } else {
                 // The base is not used: the pattern is a bare name or absolute.
-                IndexEntry::Compiled(match compile(raw, home, Path::new("/"))? {
-                    Pattern::Anchored { dir, last } => {
-                        let resolved = match canonical.iter().find(|(d, _)| *d == dir) {
-                            Some((_, c)) => c.clone(),
-                            None => {
-                                let c = dir.canonicalize().unwrap_or_else(|_| dir.clone());
-                                canonical.push((dir, c.clone()));
-                                c
-                            }
-                        };
-                        Pattern::Anchored {
-                            dir: resolved,
-                            last,
-                        }
-                    }
-                    name => name,
-                })
+                IndexEntry::Compiled(
+                    compile(raw, home, Path::new("/"))?.resolved_with(&mut canonical),
+                )
             };
             entries.push((entry, raw.clone()));
         }

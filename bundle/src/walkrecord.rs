@@ -176,8 +176,8 @@ fn relative(s: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Where the records of one project's walks live: the listing cache's file, with `.walk` and
-/// a tag of the walk's kind (`secrets.rs::record_target`) after it; one file per kind of walk (vetto run's walk at
-/// the start and the one at the end have different patterns).
+/// a tag of the walk's kind (`secrets.rs::record_target`) after it; one file per kind of walk
+/// (vetto run's walk at the start and the one at the end have different patterns).
 pub(crate) fn file(listings: &Path, tag: u64) -> PathBuf {
     let mut name = listings.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".walk{tag:016x}"));
