@@ -154,16 +154,9 @@ pub fn run(h: &Hardening, cfg: &InitConfig) -> Result<Infallible, InitError> {
     let handled: Vec<libc::c_int> = FORWARDED.iter().copied().chain([libc::SIGCHLD]).collect();
     let sfd = process::block_into_signalfd(&handled, libc::SFD_CLOEXEC).map_err(os("signalfd"))?;
 
-    // SAFETY: the init is single-threaded; the child only execs or _exits.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(os("fork")(std::io::Error::last_os_error()));
-    }
-    if child == 0 {
-        exec_child(&file, &argv, &envp, cfg);
-    }
+    let child = spawn_command(&file, &argv, &envp, cfg)?;
     if let Some(fd) = cfg.error_fd {
-        // SAFETY: closing our copy of the error pipe; the child keeps its own until exec.
+        // SAFETY: closing our copy of the error pipe; the child has exec'd (or exited).
         unsafe { libc::close(fd) };
     }
     // The early status is only for a PID 1 the sandbox cannot reach into (see `status_fd`);
@@ -208,35 +201,180 @@ pub const FORWARDED: &[libc::c_int] = &[
     libc::SIGCONT,
 ];
 
-fn exec_child(file: &CString, argv: &[CString], envp: &[CString], cfg: &InitConfig) -> ! {
+/// The command's child, started as `posix_spawn` starts one: a clone that shares PID 1's
+/// memory (`CLONE_VM`) while PID 1 waits (`CLONE_VFORK`) until it has exec'd the command or
+/// exited. A fork would copy PID 1's page tables, the child would fault in copies of the pages
+/// it touches before its exec, and the exec would tear the copy down again: on the machines
+/// vetto is measured on a page costs 2-3 µs, and all of it lay between the sandbox's set-up
+/// and the command's first instruction (issue 18).
+///
+/// The child runs [`command_child`] on a stack of its own, with every signal blocked until
+/// it has put every disposition back to the default (a handler of PID 1's would otherwise run
+/// on memory PID 1 owns). What it needs is made before the clone: it allocates nothing. The
+/// command is found as `execvpe` finds it (the same PATH search, `EACCES` remembered while
+/// the search goes on, a file without a `#!` line run by `/bin/sh`); when it cannot be run,
+/// PID 1 reports why, and the child's exit status (127 not found, 126 not runnable) is the
+/// command's. Returns the child's pid.
+fn spawn_command(
+    file: &CString,
+    argv: &[CString],
+    envp: &[CString],
+    cfg: &InitConfig,
+) -> Result<libc::pid_t, InitError> {
+    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
+    envp_p.push(std::ptr::null());
+    let candidates = command_candidates(file, std::env::var_os("PATH").as_deref());
+    // `/bin/sh <candidate> <args...>` for a file the kernel cannot run (ENOEXEC); the
+    // child writes the candidate into slot 1.
+    let mut sh_argv: Vec<*const libc::c_char> = vec![c"/bin/sh".as_ptr(), std::ptr::null()];
+    sh_argv.extend(argv.iter().skip(1).map(|a| a.as_ptr()));
+    sh_argv.push(std::ptr::null());
+    let mut job = CommandChild {
+        candidates: candidates.iter().map(|c| c.as_ptr()).collect(),
+        argv: argv_p.as_ptr(),
+        envp: envp_p.as_ptr(),
+        sh_argv: sh_argv.as_mut_ptr(),
+        tty: cfg.tty,
+        errno: 0,
+    };
+    let stack = process::ChildStack::new(CHILD_STACK).map_err(os("the command's stack"))?;
+    let blocked = process::block_all_signals().map_err(os("blocking signals"))?;
+    // SAFETY: the child runs `command_child` on `stack` (mapped until after the clone returns,
+    // which with CLONE_VFORK is after the child has exec'd or exited, when nothing runs on it
+    // any more). It shares this process's memory while this process is suspended, and uses
+    // only `job` (alive on this frame until then), its stack and the program's code; it
+    // allocates nothing. Without CLONE_FILES and CLONE_SIGHAND it has its own descriptor table
+    // and dispositions; SIGCHLD reports its exit, as a fork's would.
+    let child = unsafe {
+        libc::clone(
+            command_child_entry,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut job as *mut CommandChild).cast(),
+        )
+    };
+    let clone_error = std::io::Error::last_os_error();
+    blocked.restore();
+    if child < 0 {
+        return Err(os("starting the command")(clone_error));
+    }
+    drop(stack);
+    if job.errno != 0 {
+        report(
+            cfg.error_fd,
+            &format!(
+                "cannot execute {}: {}",
+                file.to_string_lossy(),
+                std::io::Error::from_raw_os_error(job.errno)
+            ),
+        );
+    }
+    Ok(child)
+}
+
+/// The command child's stack: its calls need a few hundred bytes.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// What the command's child reads (prepared by [`spawn_command`]) and writes (`errno`, the
+/// reason no candidate could be exec'd).
+struct CommandChild {
+    candidates: Vec<*const libc::c_char>,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    sh_argv: *mut *const libc::c_char,
+    tty: bool,
+    errno: libc::c_int,
+}
+
+/// The paths `execvpe` would try for `file`: itself if it holds a `/`, else `dir/file` for
+/// each entry of `path` (an empty entry is the working directory; no PATH: `/bin:/usr/bin`,
+/// glibc's default).
+fn command_candidates(file: &CString, path: Option<&std::ffi::OsStr>) -> Vec<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = file.as_bytes();
+    if name.is_empty() || name.contains(&b'/') {
+        return vec![file.clone()];
+    }
+    let path = path.map_or(&b"/bin:/usr/bin"[..], |p| p.as_bytes());
+    path.split(|b| *b == b':')
+        .filter_map(|dir| {
+            let mut p = dir.to_vec();
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(name);
+            CString::new(p).ok()
+        })
+        .collect()
+}
+
+/// `clone`'s entry point for the command child: its argument is the [`CommandChild`].
+extern "C" fn command_child_entry(job: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `spawn_command` passes a live `CommandChild`, which it does not touch while
+    // this child runs (it is suspended until the exec or the exit).
+    command_child(unsafe { &mut *job.cast::<CommandChild>() })
+}
+
+/// The command child's life until its exec: the default disposition for every signal and an
+/// empty mask, its own session (signals are forwarded to its process group), the terminal
+/// as its controlling one, then the exec; if none succeeds, the reason in `job.errno` and an
+/// exit status. Only system calls: no allocation, no lock (PID 1's memory is shared).
+fn command_child(job: &mut CommandChild) -> libc::c_int {
     let _ = process::reset_signal_dispositions();
     // SAFETY: setsid has no memory arguments. The command leads its own session and process
     // group, so signals can be forwarded to the whole group.
     unsafe { libc::setsid() };
-    if cfg.tty {
+    if job.tty {
         // SAFETY: ioctl on fd 0 (the pty slave) with an integer argument.
         unsafe {
             libc::ioctl(0, libc::TIOCSCTTY, 0);
             libc::tcsetpgrp(0, libc::getpid());
         }
     }
-    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    argv_p.push(std::ptr::null());
-    let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
-    envp_p.push(std::ptr::null());
-    // SAFETY: NUL-terminated arrays of pointers to CStrings that outlive the call.
-    unsafe { libc::execvpe(file.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr()) };
-    let err = std::io::Error::last_os_error();
-    let code = if err.raw_os_error() == Some(libc::ENOENT) {
-        127
-    } else {
-        126
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOENT)
     };
-    report(
-        cfg.error_fd,
-        &format!("cannot execute {}: {err}", file.to_string_lossy()),
-    );
-    // SAFETY: leave the forked child without running the parent's destructors.
+    let mut eacces = false;
+    let mut last = libc::ENOENT;
+    let mut searched = true;
+    for &candidate in &job.candidates {
+        // SAFETY: NUL-terminated strings and NULL-terminated arrays of them, alive in
+        // `spawn_command`'s frame until this child has exec'd or exited.
+        unsafe { libc::execve(candidate, job.argv, job.envp) };
+        let e = errno();
+        if e == libc::ENOEXEC {
+            // SAFETY: slot 1 of `sh_argv` is reserved for the candidate; the arrays are as
+            // above.
+            unsafe {
+                *job.sh_argv.add(1) = candidate;
+                libc::execve(c"/bin/sh".as_ptr(), job.sh_argv.cast_const(), job.envp);
+            }
+            last = errno();
+            searched = false;
+            break;
+        }
+        last = e;
+        match e {
+            libc::EACCES => eacces = true,
+            // Not here: the search goes on.
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            _ => {
+                searched = false;
+                break;
+            }
+        }
+    }
+    // As execvpe: a search that found only files it may not run fails with EACCES.
+    if searched && eacces {
+        last = libc::EACCES;
+    }
+    job.errno = last;
+    let code = if last == libc::ENOENT { 127 } else { 126 };
+    // SAFETY: leave without running anything of PID 1's (destructors, atexit handlers).
     unsafe { libc::_exit(code) }
 }
 

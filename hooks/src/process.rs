@@ -712,11 +712,127 @@ pub fn kill_and_reap(pid: i32) {
     let _ = wait(pid);
 }
 
+/// An anonymous mapping used as the stack of a child cloned with `CLONE_VM` (the tier probe,
+/// the command's child), with an inaccessible lowest page: an overflow faults instead of
+/// writing below it. Unmapped when dropped: only once no task runs on it.
+pub struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl ChildStack {
+    /// `usable` bytes of stack above a guard page (the system's page size: 4 KiB here, up to
+    /// 64 KiB on some arm64 kernels). Pages are only touched as used.
+    pub fn new(usable: usize) -> io::Result<ChildStack> {
+        let overflow = || io::Error::from_raw_os_error(libc::EOVERFLOW);
+        // SAFETY: sysconf has no memory arguments.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .map_err(|_| overflow())?;
+        let len = usable
+            .div_ceil(page)
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(page))
+            .ok_or_else(overflow)?;
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = ChildStack { base, len };
+        // SAFETY: the first page of the mapping just made, ours alone.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The highest address (stacks grow down): page-aligned, so 16-byte aligned.
+    pub fn top(&self) -> *mut libc::c_void {
+        self.base.wrapping_byte_add(self.len)
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`; its owner drops it only once no task runs on it
+        // (and leaks it otherwise).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// The calling thread's signal mask before [`block_all_signals`], put back by
+/// [`Blocked::restore`].
+pub struct Blocked(libc::sigset_t);
+
+/// Block every signal in the calling thread (around a `CLONE_VM` clone: no handler of this
+/// process may run in the child before it has reset its dispositions).
+pub fn block_all_signals() -> io::Result<Blocked> {
+    // SAFETY: all-zero sigset_t values are valid storage; sigfillset initialises `all`.
+    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: `all` is valid storage for a signal set.
+    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: valid signal sets; the old mask is written to `old`.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(Blocked(old))
+}
+
+impl Blocked {
+    /// Put the mask back.
+    pub fn restore(self) {
+        // SAFETY: a signal set pthread_sigmask filled; the old mask is not requested.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsRawFd;
 
     use super::*;
+
+    /// A child's stack: the usable size above one inaccessible page of the system's
+    /// size, its top aligned for the call `clone` makes on it.
+    #[test]
+    fn a_child_stack_has_a_guard_page_below_it() {
+        // SAFETY: sysconf has no memory arguments.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let stack = ChildStack::new(64 * 1024).expect("a stack");
+        let (base, top) = (stack.base as usize, stack.top() as usize);
+        assert!(top - base >= 64 * 1024 + page, "{base:#x}..{top:#x}");
+        assert_eq!(top % 16, 0);
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let perms = |at: usize| {
+            maps.lines()
+                .find_map(|l| {
+                    let (range, rest) = l.split_once(' ')?;
+                    let (a, b) = range.split_once('-')?;
+                    let (a, b) = (
+                        usize::from_str_radix(a, 16).ok()?,
+                        usize::from_str_radix(b, 16).ok()?,
+                    );
+                    (a <= at && at < b).then(|| rest[..4].to_string())
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(perms(base), "---p", "the guard page");
+        assert_eq!(perms(base + page - 1), "---p", "the guard page's end");
+        assert_eq!(perms(base + page), "rw-p", "the stack's lowest page");
+        assert_eq!(perms(top - 1), "rw-p", "the stack's top");
+    }
+
     use crate::testutil::{errno, in_child};
 
     /// `null_over` points exactly the descriptors it is given at /dev/null.

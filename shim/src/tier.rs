@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use vetto_bundle::fsonly;
 use vetto_bundle::policy::Tier;
+use vetto_hooks::process::ChildStack;
 
 /// `--tier`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -97,62 +98,12 @@ pub struct Probe {
     report: Option<OwnedFd>,
     failed: Option<NoFull>,
     /// The child's stack: unmapped once the child is reaped, never before.
-    stack: Option<Stack>,
+    stack: Option<ChildStack>,
 }
 
 /// The probe child's usable stack: its calls need a few hundred bytes; the pages are only
 /// touched as used.
 const STACK_SIZE: usize = 64 * 1024;
-
-/// An anonymous mapping used as a stack, with an inaccessible lowest page (an overflow
-/// faults instead of writing below it).
-struct Stack {
-    base: *mut libc::c_void,
-    len: usize,
-}
-
-impl Stack {
-    /// `usable` bytes of stack above a guard page (the system's page size: 4 KiB here, up to
-    /// 64 KiB on some arm64 kernels).
-    fn new(usable: usize) -> Option<Stack> {
-        // SAFETY: sysconf has no memory arguments.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
-        let len = usable.div_ceil(page).checked_add(1)?.checked_mul(page)?;
-        // SAFETY: a new private anonymous mapping; nothing else refers to it.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return None;
-        }
-        let stack = Stack { base, len };
-        // SAFETY: the first page of the mapping just made, ours alone.
-        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
-            return None;
-        }
-        Some(stack)
-    }
-
-    /// The highest address (stacks grow down): page-aligned, so 16-byte aligned.
-    fn top(&self) -> *mut libc::c_void {
-        self.base.wrapping_byte_add(self.len)
-    }
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, which no task uses any more (the `Probe` drops it
-        // only after its child was reaped, and leaks it otherwise).
-        unsafe { libc::munmap(self.base, self.len) };
-    }
-}
 
 impl Probe {
     /// Fork the probe child.
@@ -172,7 +123,7 @@ impl Probe {
         }
         // SAFETY: two fresh descriptors, ours alone.
         let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let Some(stack) = Stack::new(STACK_SIZE) else {
+        let Ok(stack) = ChildStack::new(STACK_SIZE) else {
             return failed("mmap", errno());
         };
         // SAFETY: the child runs `probe_entry` on `stack`, which stays mapped until the child
@@ -405,36 +356,6 @@ pub fn select(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The probe child's stack: the usable size above one inaccessible page of the system's
-    /// size, its top aligned for the call `clone` makes on it.
-    #[test]
-    fn the_probe_stack_has_a_guard_page_below_it() {
-        // SAFETY: sysconf has no memory arguments.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let stack = Stack::new(STACK_SIZE).expect("a stack");
-        let (base, top) = (stack.base as usize, stack.top() as usize);
-        assert!(top - base >= STACK_SIZE + page, "{base:#x}..{top:#x}");
-        assert_eq!(top % 16, 0);
-        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
-        let perms = |at: usize| {
-            maps.lines()
-                .find_map(|l| {
-                    let (range, rest) = l.split_once(' ')?;
-                    let (a, b) = range.split_once('-')?;
-                    let (a, b) = (
-                        usize::from_str_radix(a, 16).ok()?,
-                        usize::from_str_radix(b, 16).ok()?,
-                    );
-                    (a <= at && at < b).then(|| rest[..4].to_string())
-                })
-                .unwrap_or_default()
-        };
-        assert_eq!(perms(base), "---p", "the guard page");
-        assert_eq!(perms(base + page - 1), "---p", "the guard page's end");
-        assert_eq!(perms(base + page), "rw-p", "the stack's lowest page");
-        assert_eq!(perms(top - 1), "rw-p", "the stack's top");
-    }
 
     #[test]
     fn the_probe_succeeds_where_namespaces_work() {

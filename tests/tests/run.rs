@@ -326,6 +326,60 @@ both!(supervisor_sigkill_kills_the_sandbox, |f| {
     );
 });
 
+// PID 1 starts the command as `posix_spawn` would (a `CLONE_VM | CLONE_VFORK` child, issue
+// 18) and finds it as `execvpe` does: through PATH, past an entry that does not exist and a
+// file it may not run (EACCES is remembered while the search goes on), a file without a
+// `#!` line run by `/bin/sh` with its arguments; 126 with the reason when only files it may
+// not run were found, 127 when nothing was; the command starts with every signal at its
+// default and none blocked (PID 1's own are blocked into its signalfd).
+both!(the_command_is_found_and_started_as_execvpe_would, |f| {
+    let (a, b) = (f.proj.join("bin-a"), f.proj.join("bin-b"));
+    for d in [&a, &b] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    let write = |p: &std::path::Path, text: &str, mode: u32| {
+        std::fs::write(p, text).expect("write");
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .expect("chmod");
+    };
+    write(&a.join("tool"), "echo wrong tool\n", 0o644);
+    write(&b.join("tool"), "echo found \"$1\" \"$2\"\n", 0o755);
+    write(&a.join("only"), "echo never\n", 0o644);
+    f.own(&a);
+    f.own(&b);
+    let path = format!(
+        "{}/none:{}:{}:/usr/bin:/bin",
+        f.proj.display(),
+        a.display(),
+        b.display()
+    );
+    let env = [("PATH", path.as_str())];
+    let o = f.run_env(&["-q"], &["tool", "x y", "z"], &env);
+    assert_eq!(out(&o), "found x y z\n", "stderr: {}", err(&o));
+    assert!(o.status.success());
+    let o = f.run_env(&["-q"], &["only"], &env);
+    assert_eq!(o.status.code(), Some(126), "stderr: {}", err(&o));
+    assert!(
+        err(&o).contains("cannot execute only: Permission denied"),
+        "{}",
+        err(&o)
+    );
+    let o = f.run_env(&["-q"], &["missing-tool"], &env);
+    assert_eq!(o.status.code(), Some(127), "stderr: {}", err(&o));
+    assert!(
+        err(&o).contains("cannot execute missing-tool: No such file"),
+        "{}",
+        err(&o)
+    );
+    let o = f.run_sh(&["-q"], "grep -E '^Sig(Blk|Ign):' /proc/self/status");
+    assert_eq!(
+        out(&o),
+        "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n",
+        "stderr: {}",
+        err(&o)
+    );
+});
+
 both!(exit_codes_and_signals_propagate, |f| {
     assert_eq!(f.run_sh(&[], "exit 7").status.code(), Some(7));
     assert_eq!(f.run_sh(&[], "kill -TERM $$").status.code(), Some(143));
