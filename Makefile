@@ -10,7 +10,7 @@ DEBUG_BIN := target/debug/vetto
 SHIM_RELEASE := target/release/vetto-shim
 SHIM_DEBUG := target/debug/vetto-shim
 
-.PHONY: build release install deb e2e-deb e2e-agents install-docker-runtime test e2e e2e-systemd e2e-cri escape escape-docs fuzz conformance crictl unit integration bench lint demo man completions deps clean
+.PHONY: layout build release install deb e2e-deb e2e-agents install-docker-runtime test e2e e2e-systemd e2e-cri escape escape-docs fuzz conformance crictl unit integration bench lint demo man completions deps clean
 
 build:
 	$(CARGO) build --workspace
@@ -139,6 +139,12 @@ demo: release
 bench: release
 	$(CARGO) build --release -p vetto-broker --example audit_bench --example approval_bench
 	bash scripts/bench.sh $(RELEASE_BIN)
+
+# The release binaries' code layout (shim/layout/vetto.order, see shim/build.rs): profiles
+# real sessions with perf, writes the list, and links again with it. Run as root.
+layout: release
+	bash scripts/layout.sh $(RELEASE_BIN)
+	$(CARGO) build --release -p vetto
 
 man: build
 	$(DEBUG_BIN) man --out target/man

@@ -96,6 +96,16 @@ if [ "${names[-1]}" != "crun rootless" ]; then
   add "crun rootless (v2 view)" $AS_NOBODY unshare -Urm sh -c "$V2VIEW && exec $CRUN bench-rl-v2"
 fi
 
+# The code layout (shim/build.rs): how much of shim/layout/vetto.order names functions this
+# binary has. A list made for another toolchain or Cargo.lock matches little, and start-up
+# pays for it in page faults: `make layout` makes it anew.
+order="$HERE/../shim/layout/vetto.order"
+if [ -f "$order" ]; then
+  listed=$(grep -vc '^#' "$order" || true)
+  present=$(comm -12 <(grep -v '^#' "$order" | sort -u) <(nm --defined-only "$VETTO" 2>/dev/null | awk '{print $3}' | sort -u) | wc -l)
+  echo "== code layout: $present of $listed functions of shim/layout/vetto.order are in this binary (target: all; else make layout)"
+fi
+
 echo "== one hyperfine run ($RUNS runs each)"
 args=()
 for i in "${!names[@]}"; do args+=(-n "${names[$i]}" "${cmds[$i]}"); done

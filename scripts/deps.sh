@@ -12,7 +12,8 @@ apt-get update -q
 apt-get install -y -q --no-install-recommends \
   build-essential pkg-config ca-certificates git util-linux procps iproute2 \
   python3 python3-venv \
-  hyperfine bubblewrap crun time tmux curl openssh-server openssh-client socat strace
+  hyperfine bubblewrap crun time tmux curl openssh-server openssh-client socat strace \
+  linux-perf
 # vetto-shim's end-to-end tests drive the real container clients (tests/oci/e2e.sh); gcc
 # (build-essential) builds their static probe.
 apt-get install -y -q podman containerd docker.io runc busybox-static uidmap
