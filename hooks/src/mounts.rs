@@ -74,6 +74,9 @@ pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
 /// `MOUNT_ATTR_NOEXEC`.
 pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+/// `MOUNT_ATTR_STRICTATIME` (a value of the `MOUNT_ATTR__ATIME` field, not a flag: only for a
+/// new mount's `fsmount`, where no atime was set before).
+pub const MOUNT_ATTR_STRICTATIME: u64 = 0x20;
 
 /// The `MOUNT_ATTR_*` bit a config.json mount option sets (`ro`, `nosuid`, `nodev`,
 /// `noexec`); `Some(0)` for the options that set none (`rw`, `bind`, `rbind`); `None` for
@@ -90,6 +93,7 @@ pub fn attr_bit(option: &str) -> Option<u64> {
 }
 const FSOPEN_CLOEXEC: u32 = 0x1;
 const FSMOUNT_CLOEXEC: u32 = 0x1;
+const FSCONFIG_SET_FLAG: u32 = 0;
 const FSCONFIG_SET_STRING: u32 = 1;
 const FSCONFIG_CMD_CREATE: u32 = 6;
 
@@ -255,6 +259,22 @@ fn fsconfig(
     Ok(())
 }
 
+fn fsconfig_flag(fs: &OwnedFd, key: &std::ffi::CStr, path: &Path) -> Result<(), MountError> {
+    // SAFETY: a valid fs context descriptor and C string; a flag takes no value.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_SET_FLAG,
+            key.as_ptr(),
+            std::ptr::null::<libc::c_char>(),
+            0,
+        )
+    })
+    .map_err(os("fsconfig", path))?;
+    Ok(())
+}
+
 fn empty_tmpfs(path: &Path) -> Result<OwnedFd, MountError> {
     let attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
     new_tmpfs(
@@ -271,11 +291,29 @@ pub fn new_tmpfs(
     attrs: u64,
     path: &Path,
 ) -> Result<OwnedFd, MountError> {
+    let options: Vec<(&std::ffi::CStr, Option<&std::ffi::CStr>)> =
+        options.iter().map(|(k, v)| (*k, Some(*v))).collect();
+    new_fs(c"tmpfs", &options, attrs, path)
+}
+
+/// A new instance of the kernel file system `fstype` (`tmpfs`, `devpts`), detached (attach
+/// it with [`attach`]): `options` are its parameters, `key=value` or (without a value) a
+/// flag such as devpts' `newinstance`; `attrs` its `MOUNT_ATTR_*` bits. `path` names it in
+/// errors.
+pub fn new_fs(
+    fstype: &std::ffi::CStr,
+    options: &[(&std::ffi::CStr, Option<&std::ffi::CStr>)],
+    attrs: u64,
+    path: &Path,
+) -> Result<OwnedFd, MountError> {
     // SAFETY: a valid C string.
-    let fs = owned(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) })
-        .map_err(os("fsopen tmpfs", path))?;
+    let fs = owned(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })
+        .map_err(os("fsopen", path))?;
     for (k, v) in options {
-        fsconfig(&fs, k, v, path)?;
+        match v {
+            Some(v) => fsconfig(&fs, k, v, path)?,
+            None => fsconfig_flag(&fs, k, path)?,
+        }
     }
     // SAFETY: a valid fs context; no pointers.
     check(unsafe {

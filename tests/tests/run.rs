@@ -380,6 +380,26 @@ both!(the_command_is_found_and_started_as_execvpe_would, |f| {
     );
 });
 
+// The supervisor makes /dev's tmpfs, a new devpts instance and /dev/shm itself (issue 18,
+// shim/src/rootfs.rs): inside they are what libcontainer made before. A pty opened through
+// /dev/ptmx is the instance's first (no host pty is visible there), /dev/shm takes files,
+// and the mounts carry their options.
+both!(dev_is_a_private_tmpfs_with_its_own_devpts, |f| {
+    let script = "ls /dev/pts; echo x > /dev/shm/f && cat /dev/shm/f; \
+                  python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s))'; \
+                  awk '$5 ~ /^[/]dev([/]pts|[/]shm)?$/ {print $5, $6, $8, $9}' /proc/self/mountinfo";
+    let o = f.run_sh(&["-q"], script);
+    assert!(o.status.success(), "stderr: {}", err(&o));
+    assert_eq!(
+        out(&o),
+        "ptmx\nx\n/dev/pts/0\n/dev rw,nosuid tmpfs tmpfs\n\
+         /dev/pts rw,nosuid,noexec,relatime devpts devpts\n\
+         /dev/shm rw,nosuid,nodev,noexec,relatime tmpfs tmpfs\n",
+        "stderr: {}",
+        err(&o)
+    );
+});
+
 both!(exit_codes_and_signals_propagate, |f| {
     assert_eq!(f.run_sh(&[], "exit 7").status.code(), Some(7));
     assert_eq!(f.run_sh(&[], "kill -TERM $$").status.code(), Some(143));
