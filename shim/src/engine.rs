@@ -85,6 +85,10 @@ pub enum Mode {
         /// Write end of the pipe PID 1 reports the command's exit code on, once the rest of
         /// the sandbox is reaped ([`InitConfig::status_fd`]).
         status_fd: Option<RawFd>,
+        /// The session's pids cgroup's `tasks` (v1) or `cgroup.procs` (v2), opened by the
+        /// supervisor as host root: the init writes `0` to it in `validate()`, moving itself
+        /// in before it forks anything ([`crate::pids::PidsCgroup::join_fd`]).
+        pids_cgroup: Option<RawFd>,
     },
     /// `vetto-shim`: a detached container (or an `exec`'d process) whose caller reaps it.
     Detached,
@@ -117,11 +121,18 @@ impl Executor for VettoExecutor {
             vetto_hooks::stdio::reopen_dev_null().map_err(|e| invalid(e.to_string()))?;
         }
         match self.mode {
-            // Runs after libcontainer's id switch and capability drop, which would clear it.
-            Mode::Supervised { .. } => match self.hardening.parent_death {
-                Some(pidfd) => apply::arm_parent_death(pidfd).map_err(|e| invalid(e.to_string())),
-                None => Ok(()),
-            },
+            Mode::Supervised { pids_cgroup, .. } => {
+                if let Some(fd) = pids_cgroup {
+                    crate::pids::join_through(fd).map_err(|e| invalid(format!("{e:#}")))?;
+                }
+                // Runs after libcontainer's id switch and capability drop, which would clear it.
+                match self.hardening.parent_death {
+                    Some(pidfd) => {
+                        apply::arm_parent_death(pidfd).map_err(|e| invalid(e.to_string()))
+                    }
+                    None => Ok(()),
+                }
+            }
             // The network namespace is final here (the runtime's prestart hooks have run), and
             // libcontainer has not yet reported ready: a failure fails `create`, and the
             // bundle's startContainer hooks run restricted, as under runc.
@@ -162,6 +173,7 @@ impl Executor for VettoExecutor {
                 tty,
                 error_fd,
                 status_fd,
+                ..
             } => {
                 let cfg = InitConfig {
                     args,

@@ -4,10 +4,13 @@
 //! `copy_process`), and a root caller's sandbox runs as host uid 0. So when the caller is root
 //! and the policy limits processes, the sandbox is started inside a pids cgroup of its own
 //! (`pids/vetto/<session>` on a cgroup v1 host, `vetto/<session>` with the pids controller on
-//! cgroup v2) whose `pids.max` is the limit plus vetto's own PID 1. The supervisor's calling
-//! thread enters it only around the container's creation (FS-ONLY: around its fork), so the
-//! init and everything it starts are in it, the supervisor's other threads and the broker are
-//! not. If no such cgroup can be made, the command does not run.
+//! cgroup v2) whose `pids.max` is the limit plus vetto's own PID 1. FULL's container init
+//! moves itself in while libcontainer sets it up, before it forks anything
+//! ([`join_through`], through a descriptor the supervisor opened: one move, where the
+//! supervisor's own in and out around the creation were two, on the start's critical path);
+//! FS-ONLY's supervisor thread enters it around its fork. So the init and everything it
+//! starts are in it, the supervisor and the broker are not. If no such cgroup can be made or
+//! joined, the command does not run.
 //!
 //! On cgroup v1 the thread moves itself through `tasks` with "0": a move of the calling
 //! thread alone skips the global `cgroup_threadgroup_rwsem`, whose write side waits for an
@@ -98,9 +101,9 @@ fn write_file(p: &Path, text: &str) -> Result<()> {
 
 /// Remove session cgroups left by supervisors that were killed. A session's cgroup is named
 /// after its session id, `vetto-<supervisor pid>-<random>`, and is empty between its creation
-/// and the moment its supervisor enters it: so only a cgroup whose supervisor process no
-/// longer exists is removed (and `rmdir` still refuses one that holds a process). A reused
-/// pid only delays the removal.
+/// and the moment the init (or FS-ONLY's supervisor) enters it: so only a cgroup whose
+/// supervisor process no longer exists is removed (and `rmdir` still refuses one that holds
+/// a process). A reused pid only delays the removal.
 fn sweep(parent: &Path) {
     let Ok(rd) = std::fs::read_dir(parent) else {
         return;
@@ -194,6 +197,15 @@ impl PidsCgroup {
         Ok(())
     }
 
+    /// The descriptor a process writes `0` to to move itself in ([`join_through`]): the
+    /// container's init, cloned with it before it forks anything (FULL). Opened as host root
+    /// before the supervisor entered its user namespace; the kernel checks the opener's
+    /// credentials, so the init, root only in its own user namespace, can still use it. It
+    /// is close-on-exec, and PID 1 closes it with the rest before the command starts.
+    pub fn join_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.procs)
+    }
+
     /// How many forks `pids.max` refused (`pids.events`' `max` count), read through the
     /// descriptor opened at creation.
     pub fn refused_forks(&self) -> Option<u64> {
@@ -217,6 +229,22 @@ impl PidsCgroup {
         self.entered = false;
         Ok(())
     }
+}
+
+/// Move the calling thread (v1; the process on v2) into the cgroup whose `tasks` (or
+/// `cgroup.procs`) `fd` is: on v1 a move of the caller's own thread, the cheap one (see the
+/// module's notes). In the container's init (`engine`'s `validate()`), which then forks
+/// everything the session runs.
+pub fn join_through(fd: std::os::fd::RawFd) -> Result<()> {
+    // SAFETY: writing one byte from a static buffer to a descriptor the caller names.
+    let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+    if n != 1 {
+        bail!(
+            "limits.processes: joining the session's pids cgroup: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 impl Drop for PidsCgroup {

@@ -443,7 +443,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     ph.mark("bundle");
 
     // RLIMIT_NPROC does not bind host root: a root caller's process limit is a pids cgroup.
-    let mut pids_cg = match (&policy.limits.processes, facts.uid) {
+    let pids_cg = match (&policy.limits.processes, facts.uid) {
         (Some(n), 0) => Some(crate::pids::PidsCgroup::create(&sess.id, n.value).context(
             "limits.processes: RLIMIT_NPROC does not bind a root caller, so a pids cgroup is needed and could not be made (the command did not run)",
         )?),
@@ -497,12 +497,10 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         tty,
         error_fd: Some(err_w.as_raw_fd()),
         status_fd: Some(status_w.as_raw_fd()),
+        pids_cgroup: pids_cg.as_ref().map(|c| c.join_fd()),
     };
     let cwd = std::env::current_dir()?;
     arm_setup_watchdog();
-    if let Some(cg) = pids_cg.as_mut() {
-        cg.enter()?;
-    }
     let state_root = sess.state();
     let created = engine::create(CreateOptions {
         common: Common {
@@ -518,9 +516,6 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         hardening,
         mode,
     });
-    if let Some(cg) = pids_cg.as_mut() {
-        cg.leave()?;
-    }
     // libcontainer chdirs while it works; come back before anything relative is used.
     let _ = std::env::set_current_dir(&cwd);
     drop(err_w);
