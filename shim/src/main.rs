@@ -90,10 +90,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 fn main() -> ExitCode {
     let cli = vetto::cli::parse();
-    if matches!(cli.command, Command::Run(_)) {
+    if let Command::Run(args) = &cli.command {
         // The caller waits for this process: it becomes the front, which exits with the
-        // command's status as soon as the supervisor (its child, from here) has it.
-        vetto::front::split();
+        // command's status as soon as the supervisor (its child, from here) has it; with
+        // `--tier auto` it also runs the tier probe meanwhile.
+        vetto::front::split(args.tier == vetto::tier::TierChoice::Auto);
     } else {
         // Printing commands end quietly when their reader goes away (`| head`).
         // SAFETY: restoring the default disposition of one signal before any thread exists.

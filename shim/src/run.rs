@@ -153,8 +153,12 @@ fn drain_once(from: RawFd, to: RawFd) -> bool {
 /// Run the command; returns its exit status.
 pub fn run(args: &RunArgs) -> Result<u8> {
     let mut ph = Phases::new();
-    // `--tier auto`: the probe runs on another core while the policy is built.
-    let mut probe = (args.tier == crate::tier::TierChoice::Auto).then(crate::tier::Probe::spawn);
+    // `--tier auto`: the probe runs in the front (or here, without one) while the policy is
+    // built.
+    let mut probe = (args.tier == crate::tier::TierChoice::Auto).then(|| {
+        crate::front::probe_report()
+            .map_or_else(crate::tier::Probe::spawn, crate::tier::Probe::reported)
+    });
     // The audit store's directory exists before the sandbox is planned, so the plan masks it
     // (the key is made in it when the session's recorder opens, before anything runs).
     let audit_dir = audit::prepare(&args.audit)?;

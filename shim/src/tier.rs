@@ -105,45 +105,66 @@ pub struct Probe {
 /// touched as used.
 const STACK_SIZE: usize = 64 * 1024;
 
+/// Clone the probe child, reporting on `report` (a pipe's write end): its pid and the stack
+/// it runs on, which must stay mapped until it has exited. Also used by `vetto run`'s front
+/// (`front.rs`), which runs the probe while the supervisor builds the policy.
+pub fn clone_probe(report: RawFd) -> Result<(libc::pid_t, ChildStack), NoFull> {
+    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    let Ok(stack) = ChildStack::new(STACK_SIZE) else {
+        return Err(NoFull {
+            step: "mmap",
+            errno: errno(),
+        });
+    };
+    // SAFETY: the child runs `probe_entry` on `stack`, which the caller keeps mapped until the
+    // child has exited. It shares this process's memory but uses none of it besides its
+    // stack, its argument (the descriptor's number, by value) and the program's code and
+    // constants; it allocates nothing and touches no thread-local (errno included: see
+    // `probe_child`). Without CLONE_FILES and CLONE_SIGHAND it has its own copies of the
+    // descriptor table and signal dispositions; SIGCHLD tells this process of its exit, as a
+    // fork's would.
+    let pid = unsafe {
+        libc::clone(
+            probe_entry,
+            stack.top(),
+            libc::CLONE_VM | libc::SIGCHLD,
+            report as usize as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(NoFull {
+            step: "clone",
+            errno: errno(),
+        });
+    }
+    Ok((pid, stack))
+}
+
 impl Probe {
     /// Fork the probe child.
     pub fn spawn() -> Probe {
         let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        let failed = |step, errno| Probe {
+        let failed = |no| Probe {
             pid: -1,
             pidfd: None,
             report: None,
-            failed: Some(NoFull { step, errno }),
+            failed: Some(no),
             stack: None,
         };
         let mut fds = [-1; 2];
         // SAFETY: pipe2 fills the two-element array.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return failed("pipe", errno());
+            return failed(NoFull {
+                step: "pipe",
+                errno: errno(),
+            });
         }
         // SAFETY: two fresh descriptors, ours alone.
         let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let Ok(stack) = ChildStack::new(STACK_SIZE) else {
-            return failed("mmap", errno());
+        let (pid, stack) = match clone_probe(w.as_raw_fd()) {
+            Ok(c) => c,
+            Err(no) => return failed(no),
         };
-        // SAFETY: the child runs `probe_entry` on `stack`, which stays mapped until the child
-        // is reaped (`Probe` owns it; see its Drop). It shares this process's memory but uses
-        // none of it besides its stack, its argument (the descriptor's number, by value) and
-        // the program's code and constants; it allocates nothing and touches no thread-local
-        // (errno included: see `probe_child`). Without CLONE_FILES and CLONE_SIGHAND it has
-        // its own copies of the descriptor table and signal dispositions; SIGCHLD tells this
-        // process of its exit, as a fork's would.
-        let pid = unsafe {
-            libc::clone(
-                probe_entry,
-                stack.top(),
-                libc::CLONE_VM | libc::SIGCHLD,
-                w.as_raw_fd() as usize as *mut libc::c_void,
-            )
-        };
-        if pid < 0 {
-            return failed("clone", errno());
-        }
         drop(w);
         Probe {
             pid,
@@ -152,6 +173,18 @@ impl Probe {
             report: Some(r),
             failed: None,
             stack: Some(stack),
+        }
+    }
+
+    /// A probe another process runs (the front's, `front.rs`), whose verdict arrives on
+    /// `report`: nothing to reap here.
+    pub fn reported(report: OwnedFd) -> Probe {
+        Probe {
+            pid: -1,
+            pidfd: None,
+            report: Some(report),
+            failed: None,
+            stack: None,
         }
     }
 
@@ -171,19 +204,32 @@ impl Probe {
                 break n;
             }
         };
-        if n == 1 {
+        // One byte: 1 when FULL's namespaces work, else the failed step and errno (as the
+        // exit status says them: `step * 64 + errno`).
+        if n == 1 && b[0] == 1 {
             return Ok(());
+        }
+        if n == 1 {
+            let no = decode(i32::from(b[0]));
+            self.failed = Some(no.clone());
+            return Err(no);
+        }
+        if self.pid <= 0 {
+            // Run elsewhere, and ended without a verdict (killed): not a reason to run
+            // weaker, nor to run at all.
+            let no = NoFull {
+                step: "the probe (it ended without a verdict)",
+                errno: libc::EIO,
+            };
+            self.failed = Some(no.clone());
+            return Err(no);
         }
         let status = self.reap().unwrap_or(0);
         let code = match libc::WIFEXITED(status) {
             true => libc::WEXITSTATUS(status),
             false => 0,
         };
-        let step = (code / 64) as usize;
-        let no = NoFull {
-            step: STEPS.get(step.wrapping_sub(1)).copied().unwrap_or("probe"),
-            errno: code % 64,
-        };
+        let no = decode(code);
         self.failed = Some(no.clone());
         Err(no)
     }
@@ -240,20 +286,47 @@ impl Drop for Probe {
     }
 }
 
+/// The failed step and errno of a probe's code (`step * 64 + errno`).
+fn decode(code: i32) -> NoFull {
+    let step = (code / 64) as usize;
+    NoFull {
+        step: STEPS.get(step.wrapping_sub(1)).copied().unwrap_or("probe"),
+        errno: code % 64,
+    }
+}
+
 /// `clone`'s entry point for the probe child: its argument is the report descriptor's number.
 extern "C" fn probe_entry(report: *mut libc::c_void) -> libc::c_int {
     probe_child(report as usize as RawFd)
 }
 
-/// The probe child's whole life: one byte on `report` when FULL's namespaces work, else the
-/// failed step and errno as its exit status (`step * 64 + errno`, at most 63).
+/// The probe child's whole life: one byte on `report`, 1 when FULL's namespaces work, else
+/// the failed step and errno (`step * 64 + errno`, errno at most 63), which is also its exit
+/// status.
 ///
-/// It shares the supervisor's memory, so it calls the kernel through rustix, whose Linux
-/// backend returns each call's error instead of storing it in `errno`, a thread-local this
-/// child would share with the supervisor's thread (libc's wrappers would write it there while
-/// the supervisor may be reading its own). It allocates nothing and cannot panic; `clone`
+/// It shares its parent's memory (the supervisor's, or the front's), so it calls the kernel
+/// through rustix, whose Linux backend returns each call's error instead of storing it in
+/// `errno`, a thread-local this child would share with its parent's thread (libc's wrappers
+/// would write it there while the parent may be reading its own). It allocates nothing and cannot panic; `clone`
 /// makes its return value the exit status.
 fn probe_child(report: RawFd) -> libc::c_int {
+    let code = probe_namespaces();
+    // SAFETY: `report` is the pipe's write end, open in this child's descriptor table (a
+    // copy of its parent's, taken at the clone) until the child exits.
+    let report = unsafe { std::os::fd::BorrowedFd::borrow_raw(report) };
+    // The verdict on the pipe (for a parent that cannot reap this child: the supervisor when
+    // the front runs the probe), and as the exit status.
+    let byte = match code {
+        0 => 1,
+        c => c as u8,
+    };
+    let _ = rustix::io::write(report, &[byte]);
+    code
+}
+
+/// FULL's namespaces and a capability used in them: 0, or the failed step and errno as
+/// `step * 64 + errno` (errno at most 63).
+fn probe_namespaces() -> libc::c_int {
     use rustix::mount::MountPropagationFlags;
     use rustix::thread::UnshareFlags;
     let fail = |step: libc::c_int, e: rustix::io::Errno| step * 64 + e.raw_os_error().min(63);
@@ -276,10 +349,6 @@ fn probe_child(report: RawFd) -> libc::c_int {
     if let Err(e) = rustix::mount::mount_change(c"/", private) {
         return fail(2, e);
     }
-    // SAFETY: `report` is the pipe's write end, open in this child's descriptor table (a
-    // copy of the supervisor's, taken at the clone) until the child exits.
-    let report = unsafe { std::os::fd::BorrowedFd::borrow_raw(report) };
-    let _ = rustix::io::write(report, &[1u8]);
     0
 }
 
