@@ -79,6 +79,9 @@ test: build
 	  bash fuzz/run.sh $${FUZZ_SECONDS:-20} 2>&1 | tee -a target/test.log; \
 	  fuzz_rc=$$?; \
 	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "all tests: %d passed, %d failed\n", p, f }' target/test.log; \
+	  skips=$$(grep -E '^[a-z0-9 ]+: .*SKIPPED' target/test.log | sort -u); \
+	  if [ -n "$$skips" ]; then echo "skipped (not run, so not passed):"; printf '%s\n' "$$skips" | sed 's/^/  /'; \
+	  else echo "skipped: none"; fi; \
 	  [ $$cargo_rc -eq 0 ] && [ $$e2e_rc -eq 0 ] && [ $$otlp_rc -eq 0 ] && [ $$conf_rc -eq 0 ] && [ $$sd_rc -eq 0 ] && [ $$cri_rc -eq 0 ] && [ $$esc_rc -eq 0 ] && [ $$agents_rc -eq 0 ] && [ $$deb_rc -eq 0 ] && [ $$fuzz_rc -eq 0 ]
 
 # The agents (npm, PyPI) run in vetto without credentials, and cargo/npm/pip through the
