@@ -13,9 +13,9 @@
 //! The protocol:
 //! - **The status.** One byte on a pipe, written by [`deliver`] after the supervisor has
 //!   pointed its stdin, stdout and stderr at `/dev/null` (a caller reading the command's
-//!   output sees it end then, not after the teardown). Without it (a set-up failure, the
-//!   FS-ONLY tier, a killed supervisor) the front waits for the supervisor's exit and ends the
-//!   same way: the same code, or the same signal.
+//!   output sees it end then, not after the teardown). Both tiers deliver it. Without it (a
+//!   set-up failure, a killed supervisor) the front waits for the supervisor's exit and ends
+//!   the same way: the same code, or the same signal.
 //! - **Signals.** SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the front with `kill` are
 //!   relayed with `sigqueue`, the original sender's pid as the value. The terminal's own
 //!   (`SI_KERNEL`: Ctrl-C, a hang-up) reach the supervisor directly, in the same process

@@ -914,40 +914,51 @@ pub fn run(r: FsOnly<'_>) -> Result<u8> {
         ),
         Outcome::Exited { code, .. } => (*code, EndReason::Exit, None),
     };
-    // The writer records the end while the session is torn down; its answer (and the
-    // summary) is collected once that is done.
-    let ending = live.map(|l| {
+    // The writer records the end while the handoff is checked; its answer (and the summary)
+    // is collected before the status goes to the front.
+    let mut ending = live.map(|l| {
         let signal = (code > 128 && reason != EndReason::SetupFailure).then_some(code - 128);
         l.finish(Some(code), signal, reason, control)
     });
-    drop(sess);
-    drop(tmp);
-    drop(meta);
     // (FS-ONLY has no review mode: run.rs refuses it before this tier is chosen.)
     crate::handoff::check_session(t, policy, facts, listings, session);
-    ph.mark("teardown");
-    if let Some(e) = ending {
-        e.wait();
+    ph.mark("handoff");
+    if let Some(e) = ending.as_mut() {
+        e.answer();
         ph.mark("audit end");
     }
-    match status {
+    let code = match status {
         Outcome::WallClock => {
             eprintln!(
                 "vetto: wall-clock limit of {} s reached: the sandbox was killed",
                 t.plan.wall_clock_secs.unwrap_or(0)
             );
-            Ok(EXIT_WALL_CLOCK)
+            EXIT_WALL_CLOCK
         }
-        Outcome::Exited { code, .. } => {
-            if !msg.is_empty() {
-                if code == 126 || code == 127 {
-                    eprintln!("vetto: {msg}");
-                    return Ok(code as u8);
-                }
-                eprintln!("vetto: sandbox setup failed, the command did not run: {msg}");
-                return Ok(EXIT_SETUP);
+        Outcome::Exited { code, .. } => match msg.is_empty() {
+            true => code as u8,
+            false if code == 126 || code == 127 => {
+                eprintln!("vetto: {msg}");
+                code as u8
             }
-            Ok(code as u8)
-        }
-    }
+            false => {
+                eprintln!("vetto: sandbox setup failed, the command did not run: {msg}");
+                EXIT_SETUP
+            }
+        },
+    };
+    // Everything the caller waits for is done, as in FULL (run.rs): every process of the
+    // sandbox killed and reaped (the reaper's kill(-1) of its Landlock domain, then
+    // kill_all), the broker stopped, the record ended, the handoff checked, everything said.
+    // The front exits with the status now; the private directories are removed after it
+    // (a supervisor killed meanwhile leaves them to the next run's sweep_stale).
+    ph.mark("status");
+    crate::front::deliver(code);
+    drop(sess);
+    drop(tmp);
+    drop(meta);
+    ph.mark("teardown");
+    // The writer, which exits after its answer, is reaped.
+    drop(ending);
+    Ok(code)
 }

@@ -74,22 +74,80 @@ both!(writes_stay_in_the_project_and_protected_paths_hold, |f| {
     assert!(!f.home.join("planted").exists());
     assert!(!f.proj.join(".git/hooks/pre-commit").exists());
     assert!(f.proj.join(".git/HEAD").exists());
-    // The session's TMPDIR is gone afterwards.
-    let left: Vec<_> = std::fs::read_dir("/tmp")
-        .expect("ls /tmp")
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("vetto-fs-{}.", f.uid))
-        })
-        .filter(|e| {
-            std::fs::read_dir(e.path())
-                .is_ok_and(|mut d| d.any(|x| x.is_ok_and(|x| x.file_name() == "t")))
-        })
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    // The session's TMPDIR is gone afterwards (removed by the supervisor just after the
+    // status is delivered: read again while there is one).
+    let left = || -> Vec<_> {
+        std::fs::read_dir("/tmp")
+            .expect("ls /tmp")
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("vetto-fs-{}.", f.uid))
+            })
+            .filter(|e| {
+                std::fs::read_dir(e.path())
+                    .is_ok_and(|mut d| d.any(|x| x.is_ok_and(|x| x.file_name() == "t")))
+            })
+            .map(|e| e.path())
+            .collect()
+    };
+    eventually(5, || left().is_empty());
+    assert!(left().is_empty(), "{:?}", left());
 });
+
+both!(
+    the_status_comes_before_the_teardown_and_the_teardown_leaves_nothing,
+    |f| {
+        // The supervisor delivers the status to the front once the sandbox is over, then
+        // removes the session's private TMPDIR and the nested policy's directory. Each run
+        // names both (they exist while it runs); afterwards neither is left, whatever the
+        // command's status, and no process of the session is.
+        let tag = format!("vetto-fs-teardown-{}", std::process::id());
+        for (script, code) in [
+            ("true", 0),
+            ("exit 3", 3),
+            ("kill -TERM $$", 128 + 15),
+            ("exec /nonexistent-command-of-this-test", 127),
+        ] {
+            let o = f.run_sh(
+                FS,
+                &format!(
+                    "echo \"$TMPDIR\"; echo \"$VETTO_PARENT_POLICY\"; \
+                     test -f \"$VETTO_PARENT_POLICY\" || echo NO-POLICY; \
+                     echo {tag} >/dev/null; {script}"
+                ),
+            );
+            assert_eq!(o.status.code(), Some(code), "{script}: {}", err(&o));
+            let text = out(&o);
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), 2, "{script}: {text} {}", err(&o));
+            let (tmp, policy) = (
+                std::path::PathBuf::from(lines[0]),
+                std::path::PathBuf::from(lines[1]),
+            );
+            assert!(
+                tmp.starts_with("/tmp") && policy.ends_with("parent-policy.json"),
+                "{script}: {text}"
+            );
+            let dirs = [tmp, policy.parent().expect("a directory").to_path_buf()];
+            eventually(5, || dirs.iter().all(|d| !d.exists()));
+            for d in &dirs {
+                assert!(!d.exists(), "{script}: {} left behind", d.display());
+            }
+        }
+        assert!(
+            eventually(5, || pids_with(&tag).is_empty()),
+            "processes left behind: {:?}",
+            pids_with(&tag)
+        );
+        assert!(
+            f.settled_sessions().is_empty(),
+            "{:?}",
+            f.leftover_sessions()
+        );
+    }
+);
 
 both!(the_network_is_off_and_no_host_socket_is_reachable, |f| {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
