@@ -161,6 +161,9 @@ pub(crate) struct Local {
 /// Open the store and record `session_start`. Fails (closed) if it cannot be recorded.
 pub(crate) fn begin_local(cfg: &AuditConfig, session: &str, start: SessionStart) -> Result<Local> {
     let mut rec = Recorder::open(cfg, session).map_err(|e| anyhow!(error_chain(&e)))?;
+    // The writer folds the WAL into the database after its answers, not inside the commit
+    // that someone waits for (`Local::close`).
+    rec.store().defer_checkpoints();
     let stored = rec
         .record(EventKind::SessionStart(start))
         .map_err(|e| anyhow!(error_chain(&e)))?;
@@ -251,7 +254,7 @@ impl Local {
     /// whether the end was recorded, and what to show on stderr (problems, the summary): the
     /// supervisor prints it, in its own order.
     pub fn end(
-        mut self,
+        &mut self,
         status: Option<i32>,
         signal: Option<i32>,
         reason: EndReason,
@@ -323,6 +326,15 @@ impl Local {
             }
         }
         (ok, out)
+    }
+
+    /// After the last answer: fold the WAL into the database if it is due (see
+    /// `Store::defer_checkpoints`), then close the store. Nobody waits for this: vetto's
+    /// status has been delivered, or is being, while it runs.
+    pub fn close(self) {
+        // A checkpoint that fails loses nothing (the records are in the WAL, which the next
+        // checkpoint folds), and there is nobody left to tell: stderr is /dev/null by now.
+        let _ = self.rec.store().checkpoint_if_due();
     }
 }
 

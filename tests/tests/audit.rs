@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use vetto_integration::{
-    both, echo_server, err, eventually, out, sleeping, spawn_retrying, supervisor_of, Fixture,
+    both, echo_server, err, eventually, out, pids_with, sleeping, spawn_retrying, supervisor_of,
+    Fixture,
 };
 
 /// The fixture's audit store directory (HOME/.local/state/vetto/audit).
@@ -642,6 +643,15 @@ both!(
         }
         let dir = audit_dir(f);
         let clean = f.root.join("clean");
+        // The files are copied with no writer left: the last session's may still be folding
+        // the WAL for a moment after vetto's exit (it, and every process of these sessions,
+        // carries the staged binary's path in its command line).
+        let bin = f.bin.display().to_string();
+        assert!(
+            eventually(5, || pids_with(&bin).is_empty()),
+            "{:?}",
+            pids_with(&bin)
+        );
         copy_store(&dir, &clean);
         let (ok, text) = verify(f);
         assert!(ok, "{text}");
@@ -684,5 +694,34 @@ both!(
         restore();
         let (ok, text) = verify(f);
         assert!(ok, "{text}");
+    }
+);
+
+both!(
+    the_session_writer_folds_the_wal_into_the_store_after_its_answer,
+    |f| {
+        // The writer defers SQLite's checkpoint (the WAL folded into the database: two syncs and
+        // a copy, every few sessions) until it has answered session_end, so nobody waits for it;
+        // it must still happen. In WAL mode only a checkpoint writes the database file, and no
+        // other connection writes this store (no broker, no shim), so the file grows only if the
+        // writers do it.
+        let db = audit_dir(f).join("audit.db");
+        let size = || std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
+        assert!(f.run_sh(&[], "true").status.success());
+        let first = size();
+        for _ in 0..30 {
+            let o = f.run_sh(&[], "true");
+            assert!(o.status.success(), "{}", err(&o));
+        }
+        // The last writer may still be at it after vetto's exit.
+        eventually(5, || size() > first);
+        assert!(
+        size() > first,
+        "30 sessions and the database file did not grow ({first} bytes): the WAL was never folded"
+    );
+        let (ok, text) = verify(f);
+        assert!(ok, "{text}");
+        let o = f.vetto(&["audit", "query", "--json", "--kind", "session_end"]);
+        assert_eq!(out(&o).lines().count(), 31, "{}", err(&o));
     }
 );

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use ed25519_dalek::SigningKey;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -30,6 +31,17 @@ pub const CHECKPOINT_EVERY: u64 = 1000;
 
 /// The WAL is checkpointed into the database when it reaches this many pages.
 const WAL_PAGES: i64 = 64;
+
+/// The WAL's length in pages after the last commit of a connection whose checkpoints are
+/// deferred ([`Store::defer_checkpoints`]). One per process: SQLite's WAL hook is a plain
+/// function (no state of its own), and the one connection that defers is the session writer's,
+/// a process of its own.
+static DEFERRED_WAL_PAGES: AtomicI64 = AtomicI64::new(0);
+
+fn note_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    DEFERRED_WAL_PAGES.store(i64::from(pages), Ordering::Relaxed);
+    Ok(())
+}
 
 /// The `prev` of the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -425,6 +437,37 @@ impl Store {
         };
         tx.commit().map_err(&e)?;
         Ok(id)
+    }
+
+    /// From now on, a commit of this connection no longer folds the WAL into the database
+    /// when it has grown to [`WAL_PAGES`] (SQLite's autocheckpoint: the WAL synced, copied and
+    /// the database synced, ~3 ms on a disk, every few sessions, inside the commit that crossed
+    /// the line); [`Store::checkpoint_if_due`] does it when the caller no longer has anyone
+    /// waiting (the session writer: after its answer to `session_end`). What a commit
+    /// guarantees is unchanged (`synchronous=NORMAL`: safe from a crash of the process at once,
+    /// from a power loss once a checkpoint has synced the WAL, which now comes a moment after
+    /// the answer rather than inside it, every few sessions as before). Every other connection keeps its autocheckpoint, so a WAL left long
+    /// by a writer killed before its checkpoint is folded by the next commit of one of those,
+    /// or by the next writer's.
+    pub fn defer_checkpoints(&self) {
+        DEFERRED_WAL_PAGES.store(0, Ordering::Relaxed);
+        // Replaces the autocheckpoint, which SQLite implements as this same hook.
+        self.conn.wal_hook(Some(note_wal_pages));
+    }
+
+    /// With [`Store::defer_checkpoints`]: fold the WAL into the database if a commit left it
+    /// at [`WAL_PAGES`] pages or more (`PASSIVE`, as the autocheckpoint: other connections'
+    /// readers and writers are not waited for, and what they hold is left for later). Returns
+    /// whether a checkpoint ran.
+    pub fn checkpoint_if_due(&self) -> Result<bool, AuditError> {
+        if DEFERRED_WAL_PAGES.load(Ordering::Relaxed) < WAL_PAGES {
+            return Ok(false);
+        }
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            .map_err(sql(&self.paths.db, "checkpointing the WAL"))?;
+        DEFERRED_WAL_PAGES.store(0, Ordering::Relaxed);
+        Ok(true)
     }
 
     /// The store's random id.

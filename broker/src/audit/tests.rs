@@ -512,3 +512,61 @@ fn a_head_shorter_than_the_file_is_cut_to_its_length() {
     assert_ne!(v, compact, "a new head");
     assert!(check(&cfg).ok(), "{:?}", check(&cfg));
 }
+
+/// Commits of `r` (one record each) until well past the WAL's checkpoint size; the database
+/// file's size before and after (in WAL mode only a checkpoint writes the database file).
+fn commits_grow_the_database(r: &mut Recorder, db: &std::path::Path) -> (u64, u64) {
+    let size = || std::fs::metadata(db).unwrap().len();
+    let before = size();
+    for i in 0..300 {
+        r.record(limit(i)).unwrap();
+    }
+    (before, size())
+}
+
+#[test]
+fn a_connection_that_defers_checkpoints_folds_the_wal_only_when_asked() {
+    let d = crate::private_tempdir();
+    let cfg = AuditConfig::in_dir(d.path());
+    let mut r = Recorder::open(&cfg, "s").unwrap();
+    r.store().defer_checkpoints();
+    assert!(
+        !r.store().checkpoint_if_due().unwrap(),
+        "nothing is due yet"
+    );
+    let (before, after) = commits_grow_the_database(&mut r, &cfg.store);
+    assert_eq!(before, after, "a commit checkpointed the WAL");
+    assert!(
+        r.store().checkpoint_if_due().unwrap(),
+        "300 commits are due"
+    );
+    let folded = std::fs::metadata(&cfg.store).unwrap().len();
+    assert!(
+        folded > after,
+        "the checkpoint wrote nothing: {after} -> {folded}"
+    );
+    assert!(
+        !r.store().checkpoint_if_due().unwrap(),
+        "nothing new is due"
+    );
+    // Everything is there, in one chain.
+    drop(r);
+    let rep = check(&cfg);
+    assert!(
+        rep.problems.is_empty() && rep.broken_at.is_none(),
+        "{rep:?}"
+    );
+}
+
+#[test]
+fn a_connection_that_does_not_defer_checkpoints_as_it_commits() {
+    // The control for the test above: the same commits, and the WAL is folded by them.
+    let d = crate::private_tempdir();
+    let cfg = AuditConfig::in_dir(d.path());
+    let mut r = Recorder::open(&cfg, "s").unwrap();
+    let (before, after) = commits_grow_the_database(&mut r, &cfg.store);
+    assert!(
+        after > before,
+        "no commit checkpointed: {before} -> {after}"
+    );
+}

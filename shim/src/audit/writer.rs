@@ -44,7 +44,8 @@
 //!
 //! Protocol (one line each): the writer answers `ok` or `error: …` once `session_start` is
 //! written; then the supervisor sends `Request`s (JSON), and the writer answers
-//! `Request::End` with an `Ended` (JSON) and exits.
+//! `Request::End` with an `Ended` (JSON), then does what nobody waits for (a due WAL
+//! checkpoint, closing the store: `Local::close`) and exits.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
@@ -525,6 +526,7 @@ fn serve(
                 out.report,
                 false,
             );
+            local.close();
             return i32::from(!recorded);
         }
         match serde_json::from_str::<Request>(&line) {
@@ -546,6 +548,9 @@ fn serve(
                 // Best effort: a stderr left as it was only delays the caller's reader.
                 let _ = vetto_hooks::process::null_over(&[2]);
                 reply(&mut sock, &ended);
+                // Then what nobody waits for: a due checkpoint, closing the store.
+                drop(sock);
+                local.close();
                 return i32::from(!recorded);
             }
             Err(e) => eprintln!("vetto: audit: the writer got a request it cannot read: {e}"),
