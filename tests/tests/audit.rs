@@ -723,5 +723,22 @@ both!(
         assert!(ok, "{text}");
         let o = f.vetto(&["audit", "query", "--json", "--kind", "session_end"]);
         assert_eq!(out(&o).lines().count(), 31, "{}", err(&o));
+        // And cut back: every session's writer opens the store first, alone, and reads the
+        // whole WAL to rebuild its index; folded but not cut, the WAL grew by every session
+        // (~8 pages each) and so did every start-up. 31 sessions (and the query's own opens)
+        // leave at most what commits add past the fold's trigger of 64 pages.
+        let wal = audit_dir(f).join("audit.db-wal");
+        let frames = || {
+            std::fs::metadata(&wal)
+                .map(|m| m.len())
+                .unwrap_or(0)
+                .saturating_sub(32)
+                / (4096 + 24)
+        };
+        assert!(
+            eventually(5, || frames() <= 128),
+            "31 sessions left {} frames in the WAL",
+            frames()
+        );
     }
 );

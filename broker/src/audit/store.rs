@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use ed25519_dalek::SigningKey;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -29,17 +28,18 @@ use super::AuditError;
 /// A checkpoint is written at least every this many records (and at every session end).
 pub const CHECKPOINT_EVERY: u64 = 1000;
 
-/// The WAL is checkpointed into the database when it reaches this many pages.
-const WAL_PAGES: i64 = 64;
+/// The WAL is checkpointed into the database when it reaches this many pages, and cut back to
+/// nothing when a store is closed with at least this many in it ([`Store::checkpoint_if_due`]).
+pub(crate) const WAL_PAGES: i64 = 64;
 
-/// The WAL's length in pages after the last commit of a connection whose checkpoints are
-/// deferred ([`Store::defer_checkpoints`]). One per process: SQLite's WAL hook is a plain
-/// function (no state of its own), and the one connection that defers is the session writer's,
-/// a process of its own.
-static DEFERRED_WAL_PAGES: AtomicI64 = AtomicI64::new(0);
+/// How long the session writer's checkpoint after its answer waits for other connections
+/// (nobody waits for it; past this, the next writer's close folds the WAL).
+const FOLD_PATIENCE: std::time::Duration = std::time::Duration::from_millis(50);
 
-fn note_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
-    DEFERRED_WAL_PAGES.store(i64::from(pages), Ordering::Relaxed);
+/// The WAL hook of a connection whose checkpoints are deferred ([`Store::defer_checkpoints`]):
+/// it replaces SQLite's autocheckpoint (which is this same hook) with nothing; the WAL's length
+/// is read from its file when the writer folds it.
+fn no_autocheckpoint(_: &rusqlite::hooks::Wal, _: std::ffi::c_int) -> rusqlite::Result<()> {
     Ok(())
 }
 
@@ -221,6 +221,18 @@ pub struct Store {
     /// The head this writer signed last, with the key it signed with: a head found identical
     /// (every field, the signature included) at the next append is not verified again.
     signed_last: Option<(ed25519_dalek::VerifyingKey, Checkpoint)>,
+    /// The database's page size (a WAL frame holds one).
+    page_size: u64,
+}
+
+impl Drop for Store {
+    /// Every connection cuts a long WAL back as it closes (see [`Store::fold_wal`]), without
+    /// waiting for anyone: the broker's and vetto-shim's closes come before a status is
+    /// delivered. Their autocheckpoint has folded it already, so what is left is the cut. A
+    /// read-only connection cannot, and a failure loses nothing (the records are in the WAL).
+    fn drop(&mut self) {
+        let _ = self.fold_wal(std::time::Duration::ZERO);
+    }
 }
 
 fn sql(path: &Path, what: &str) -> impl Fn(rusqlite::Error) -> AuditError {
@@ -351,7 +363,9 @@ impl Store {
             // would create it again (two more: the file and its directory): on a filesystem busy
             // with the sandbox's own set-up, that was most of auditing's start-up cost. So the WAL
             // stays, and is folded into the database every 64 pages instead. (The first connection
-            // replays the WAL when it opens, which costs in proportion to its size: hence small.)
+            // replays the WAL when it opens, which costs in proportion to its size: so a store
+            // closed with 64 pages or more in its WAL cuts it back to nothing, see fold_wal; the
+            // file stays, empty.)
             conn.set_db_config(
                 rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
                 true,
@@ -384,7 +398,14 @@ impl Store {
             head,
             store_id: String::new(),
             signed_last: None,
+            page_size: 4096,
         };
+        if let Ok(n) = store
+            .conn
+            .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
+        {
+            store.page_size = u64::try_from(n).unwrap_or(4096).max(512);
+        }
         store.store_id = store.init(create)?;
         Ok(store)
     }
@@ -446,28 +467,60 @@ impl Store {
     /// waiting (the session writer: after its answer to `session_end`). What a commit
     /// guarantees is unchanged (`synchronous=NORMAL`: safe from a crash of the process at once,
     /// from a power loss once a checkpoint has synced the WAL, which now comes a moment after
-    /// the answer rather than inside it, every few sessions as before). Every other connection keeps its autocheckpoint, so a WAL left long
-    /// by a writer killed before its checkpoint is folded by the next commit of one of those,
-    /// or by the next writer's.
+    /// the answer rather than inside it, every few sessions as before). Every other connection
+    /// keeps its autocheckpoint, and every connection cuts a long WAL back as it closes, so a
+    /// WAL left long by a writer killed before its checkpoint is folded by the next commit of
+    /// one of those, or by the next writer's close.
     pub fn defer_checkpoints(&self) {
-        DEFERRED_WAL_PAGES.store(0, Ordering::Relaxed);
-        // Replaces the autocheckpoint, which SQLite implements as this same hook.
-        self.conn.wal_hook(Some(note_wal_pages));
+        self.conn.wal_hook(Some(no_autocheckpoint));
     }
 
-    /// With [`Store::defer_checkpoints`]: fold the WAL into the database if a commit left it
-    /// at [`WAL_PAGES`] pages or more (`PASSIVE`, as the autocheckpoint: other connections'
-    /// readers and writers are not waited for, and what they hold is left for later). Returns
-    /// whether a checkpoint ran.
-    pub fn checkpoint_if_due(&self) -> Result<bool, AuditError> {
-        if DEFERRED_WAL_PAGES.load(Ordering::Relaxed) < WAL_PAGES {
+    /// The WAL's length in frames, from its file's size (a 32-byte header, then frames of a
+    /// 24-byte header and a page each). Its file keeps its length when SQLite starts writing it
+    /// from the beginning again, so this may count frames already folded: it errs towards
+    /// folding.
+    fn wal_frames(&self) -> u64 {
+        let mut wal = self.paths.db.as_os_str().to_owned();
+        wal.push("-wal");
+        let len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        len.saturating_sub(32) / (self.page_size + 24)
+    }
+
+    /// Fold the WAL into the database and cut it back to nothing (`TRUNCATE`), if it holds
+    /// [`WAL_PAGES`] frames or more; other connections are waited for up to `patience`
+    /// (their readers and writers: a fold they block is left for a later close). Returns
+    /// whether the WAL was cut back.
+    ///
+    /// Why it is cut, not only folded: the first connection to open the store (every session's
+    /// writer is a process of its own, so nearly always) reads the whole WAL to rebuild its
+    /// index, and after that rebuild SQLite counts none of its frames as folded, so it appends
+    /// to them. Only a later write of the connection that folded it would start the WAL
+    /// afresh, and the last writer of a session makes none. Uncut, the WAL grew by every
+    /// session (30 MB after a day of tests), and every session's start read all of it.
+    fn fold_wal(&self, patience: std::time::Duration) -> Result<bool, AuditError> {
+        if self.wal_frames() < WAL_PAGES as u64 {
             return Ok(false);
         }
-        self.conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-            .map_err(sql(&self.paths.db, "checkpointing the WAL"))?;
-        DEFERRED_WAL_PAGES.store(0, Ordering::Relaxed);
-        Ok(true)
+        let e = sql(&self.paths.db, "checkpointing the WAL");
+        self.conn.busy_timeout(patience).map_err(&e)?;
+        let busy: Result<i64, _> =
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0));
+        // The store's own patience again, for whatever this connection does next.
+        let _ = self.conn.busy_timeout(BUSY_PATIENCE);
+        match busy {
+            Ok(0) => Ok(true),
+            Ok(_) => Ok(false),
+            Err(err) if is_busy(&err) => Ok(false),
+            Err(err) => Err(e(err)),
+        }
+    }
+
+    /// With [`Store::defer_checkpoints`], after the last commit that anyone waits for: fold
+    /// the WAL into the database and cut it back if it is due (see [`Store::fold_wal`]).
+    /// Returns whether it was.
+    pub fn checkpoint_if_due(&self) -> Result<bool, AuditError> {
+        self.fold_wal(FOLD_PATIENCE)
     }
 
     /// The store's random id.

@@ -570,3 +570,69 @@ fn a_connection_that_does_not_defer_checkpoints_as_it_commits() {
         "no commit checkpointed: {before} -> {after}"
     );
 }
+
+/// The WAL's length in frames, from its file (a 32-byte header, then frames of a 24-byte
+/// header and a page each).
+fn wal_frames(db: &std::path::Path) -> u64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    let len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    len.saturating_sub(32) / (4096 + 24)
+}
+
+/// How a connection writes in [`sessions_one_after_another`].
+#[derive(Clone, Copy, Debug)]
+enum Writes {
+    /// As the session writer: checkpoints deferred until after the last commit.
+    Deferred,
+    /// Two commits, SQLite's autocheckpoint on (the broker, vetto-shim).
+    Two,
+    /// One commit, autocheckpoint on (the CLI's one-record writers).
+    One,
+}
+
+/// `sessions` sessions one after another, each a connection of its own opened when no other
+/// is (as each session's writer is, a process of its own), writing as `how` says.
+fn sessions_one_after_another(cfg: &AuditConfig, sessions: usize, how: Writes) {
+    for i in 0..sessions {
+        let mut r = Recorder::open(cfg, &format!("s{i}")).unwrap();
+        if let Writes::Deferred = how {
+            r.store().defer_checkpoints();
+        }
+        if !matches!(how, Writes::One) {
+            r.record(limit(1)).unwrap();
+        }
+        r.record_batch(vec![(super::event::now_ms(), end())], true)
+            .unwrap();
+        if let Writes::Deferred = how {
+            r.store().checkpoint_if_due().unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_wal_stays_short_however_many_sessions_the_store_has_seen() {
+    // Each opener that finds no other connection replays the whole WAL (a read per frame), and
+    // a WAL is only ever started again by a later write of the connection that folded it,
+    // which the last writer of a session need not make: unless the WAL is cut back as a store
+    // is closed, it grows with every session, and so does every session's start-up.
+    for how in [Writes::Deferred, Writes::Two, Writes::One] {
+        let d = crate::private_tempdir();
+        let cfg = AuditConfig::in_dir(d.path());
+        sessions_one_after_another(&cfg, 10, how);
+        let after_10 = wal_frames(&cfg.store);
+        sessions_one_after_another(&cfg, 150, how);
+        let after_160 = wal_frames(&cfg.store);
+        // The bound: what commits may add on top of the fold's trigger before the next close.
+        let bound = 2 * super::store::WAL_PAGES as u64;
+        assert!(
+            after_160 <= bound,
+            "{how:?}: after 160 sessions the WAL holds {after_160} frames (after 10: {after_10}; bound {bound})"
+        );
+        let rep = check(&cfg);
+        assert!(
+            rep.problems.is_empty() && rep.broken_at.is_none(),
+            "{rep:?}"
+        );
+    }
+}
