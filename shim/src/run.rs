@@ -715,8 +715,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         e.answer();
         ph.mark("audit end");
     }
+    let mut trash = None;
     if let Some(r) = review.take() {
-        eprint!("{}", r.finish());
+        let (summary, t) = r.finish();
+        eprint!("{summary}");
+        trash = t;
     }
     let code = match status {
         Outcome::WallClock => {
@@ -760,6 +763,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // was being torn down detached its mounts from here, in contention with the kernel.
     drop(sess);
     ph.mark("session dir");
+    // An empty new change set, out of the listing since its summary: removed now that the
+    // overlay's mount namespace is gone (a supervisor killed before this leaves it to the
+    // next review session's sweep).
+    if let Some(t) = trash {
+        let _ = t.remove();
+    }
     drop(ending);
     Ok(code)
 }

@@ -57,7 +57,8 @@ fn changes_dir(f: &Fixture) -> PathBuf {
     f.home.join(".local/state/vetto/changes")
 }
 
-fn sets(f: &Fixture) -> Vec<String> {
+/// Everything in the change sets' directory.
+fn entries(f: &Fixture) -> Vec<String> {
     std::fs::read_dir(changes_dir(f))
         .map(|rd| {
             rd.flatten()
@@ -65,6 +66,21 @@ fn sets(f: &Fixture) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The change sets: the entries but a discarded set's `.trash-<id>`, which vetto removes
+/// after it has exited (see `settled`).
+fn sets(f: &Fixture) -> Vec<String> {
+    entries(f)
+        .into_iter()
+        .filter(|n| !n.starts_with(".trash-"))
+        .collect()
+}
+
+/// Whether nothing of a discarded set is left, once its session's supervisor has removed it
+/// (after delivering vetto's status).
+fn settled(f: &Fixture) -> bool {
+    vetto_integration::eventually(5, || sets(f).len() == entries(f).len())
 }
 
 both!(
@@ -192,7 +208,13 @@ both!(
         let o = f.run_sh(REVIEW, "cat README > /dev/null");
         assert!(o.status.success(), "{}", err(&o));
         assert!(err(&o).contains("changed nothing"), "{}", err(&o));
+        // Out of the listing before vetto's exit, and its files gone a moment after.
         assert!(sets(f).is_empty(), "{:?}", sets(f));
+        assert!(
+            f.vetto(&["changes", "list"]).status.success(),
+            "changes list"
+        );
+        assert!(settled(f), "left behind: {:?}", entries(f));
         let o = f.run_sh(REVIEW, "echo x > made.txt");
         let id = set_id(&err(&o));
         assert_eq!(sets(f), vec![id.clone()]);
@@ -842,3 +864,49 @@ both!(diffs_cannot_hide_what_they_show, |f| {
     );
     assert!(f.proj.join(".github").symlink_metadata().is_err());
 });
+
+both!(
+    a_discarded_set_a_killed_vetto_left_is_swept_by_the_next_review,
+    |f| {
+        // A supervisor killed between taking an empty set out of the listing and removing it
+        // leaves `.trash-<id>`: its lock free, its overlay work directory mode 000 as overlayfs
+        // leaves it. The next review session removes it, and leaves one whose lock is held (its
+        // owner is removing it) alone.
+        let base = changes_dir(f);
+        let o = f.run_sh(REVIEW, "true");
+        assert!(o.status.success(), "{}", err(&o));
+        assert!(settled(f), "{:?}", entries(f));
+        let make = |name: &str| {
+            let d = base.join(name);
+            std::fs::create_dir_all(d.join("upper/sub")).expect("mkdir");
+            std::fs::create_dir_all(d.join("work/work/index")).expect("mkdir");
+            std::fs::write(d.join("upper/sub/f"), "x").expect("w");
+            std::fs::write(d.join("meta.json"), "{}").expect("w");
+            std::fs::write(d.join("lock"), "").expect("w");
+            f.own(&d);
+            std::fs::set_permissions(d.join("work/work"), std::fs::Permissions::from_mode(0o000))
+                .expect("chmod");
+            d
+        };
+        let dead = make(".trash-20260101-000000-aaaaaa");
+        let held = make(".trash-20260101-000000-bbbbbb");
+        let lock = std::fs::File::open(held.join("lock")).expect("open");
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&lock);
+        // SAFETY: flock on a descriptor this test owns; no memory is involved.
+        let locked = unsafe { libc::flock(fd, libc::LOCK_EX) };
+        assert_eq!(locked, 0, "{}", std::io::Error::last_os_error());
+        let o = f.run_sh(REVIEW, "true");
+        assert!(o.status.success(), "{}", err(&o));
+        assert!(!dead.exists(), "the dead owner's trash was not swept");
+        assert!(held.join("upper/sub/f").exists(), "a held trash was swept");
+        drop(lock);
+        let o = f.run_sh(REVIEW, "true");
+        assert!(o.status.success(), "{}", err(&o));
+        assert!(
+            !held.exists(),
+            "a trash whose lock is free now was not swept"
+        );
+        assert!(settled(f), "{:?}", entries(f));
+        assert!(entries(f).is_empty(), "{:?}", entries(f));
+    }
+);

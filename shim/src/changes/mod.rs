@@ -471,6 +471,20 @@ impl ChangeSet {
             .map_err(io_err("remove", &ww))
     }
 
+    /// Discard the set, the removal left for later: its directory is renamed out of the
+    /// listing at once (one rename), and [`Trash::remove`] removes it.
+    pub fn discard_later(self) -> Result<Trash, ChangesError> {
+        let base = base_dir()?;
+        let name = trash_name(&self.meta.id);
+        let to = base.join(&name);
+        std::fs::rename(&self.dir, &to).map_err(io_err("remove", &self.dir))?;
+        Ok(Trash {
+            base,
+            name,
+            _lock: self._lock,
+        })
+    }
+
     /// Remove the set: its layers, metadata and lock.
     pub fn discard(self) -> Result<(), ChangesError> {
         // overlayfs leaves `work/work` with mode 000; its owner may still open it after a chmod.
@@ -481,6 +495,80 @@ impl ChangeSet {
         parent
             .remove_all(&name)
             .map_err(io_err("remove", &self.dir))
+    }
+}
+
+/// A discarded set's directory taken out of the listing, `.trash-<id>` beside the sets (no id
+/// starts with a dot, so nothing lists or opens it), still locked: removed by
+/// [`Trash::remove`] once nobody waits (after vetto's status is delivered), or by the next
+/// review session's [`sweep_trash`] when its owner was killed first.
+#[derive(Debug)]
+pub struct Trash {
+    base: PathBuf,
+    name: std::ffi::OsString,
+    _lock: std::fs::File,
+}
+
+/// The trash name of the set `id`.
+fn trash_name(id: &str) -> std::ffi::OsString {
+    format!(".trash-{id}").into()
+}
+
+impl Trash {
+    /// Remove it: everything but the lock, then the lock, then the directory (so a directory
+    /// without its lock file is empty, or on its way to be: see [`sweep_trash`]).
+    pub fn remove(self) -> Result<(), ChangesError> {
+        let path = self.base.join(&self.name);
+        remove_trash(&self.base, &self.name).map_err(io_err("remove", &path))
+    }
+}
+
+fn remove_trash(base: &Path, name: &std::ffi::OsStr) -> io::Result<()> {
+    let parent = fsat::Dir::open(base)?;
+    let d = match parent.child(name) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        r => r?,
+    };
+    let lock = std::ffi::OsStr::new("lock");
+    for n in d.names()? {
+        if n != lock {
+            d.remove_all(&n)?;
+        }
+    }
+    d.remove_all(lock)?;
+    parent.remove_all(name)
+}
+
+/// Remove what [`Trash`] left when its owner was killed before [`Trash::remove`]: every
+/// `.trash-*` whose lock can be taken (its owner is gone), and every one without a lock file
+/// that is empty. One still locked is its owner's, being removed. Failures are left for the
+/// next sweep.
+pub fn sweep_trash(base: &Path) {
+    let Ok(rd) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        if !name.as_encoded_bytes().starts_with(b".trash-") {
+            continue;
+        }
+        let dir = base.join(&name);
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dir.join("lock"));
+        match lock {
+            Ok(f) => {
+                // SAFETY: flock on a descriptor we own; no memory is involved.
+                if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                    let _ = remove_trash(base, &name);
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                let _ = std::fs::remove_dir(&dir);
+            }
+            Err(_) => {}
+        }
     }
 }
 

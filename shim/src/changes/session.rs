@@ -92,6 +92,8 @@ impl ReviewRun {
     ) -> Result<Self, ChangesError> {
         kernel_ok()?;
         let base = super::base_dir()?;
+        // What an earlier session discarded and could not remove (it was killed first).
+        super::sweep_trash(&base);
         let base = base.canonicalize().unwrap_or(base);
         if base.starts_with(&facts.project) || facts.project.starts_with(&base) {
             return Err(ChangesError::Review(format!(
@@ -205,22 +207,32 @@ impl ReviewRun {
     }
 
     /// The session ended: record it and return the summary for stderr. A new set with nothing
-    /// in it is removed.
-    pub fn finish(mut self) -> String {
+    /// in it is discarded: taken out of the listing now, and returned to be removed once
+    /// nobody waits ([`super::Trash::remove`]).
+    pub fn finish(mut self) -> (String, Option<super::Trash>) {
         let Some(mut cs) = self.cs.take() else {
-            return String::new();
+            return (String::new(), None);
         };
         if let Some(s) = cs.meta.sessions.last_mut() {
             s.ended_ms = Some(now_ms());
         }
-        let saved = cs.save();
         let id = cs.meta.id.clone();
-        match cs.scan() {
-            Ok(entries) if entries.is_empty() && self.fresh => {
-                let _ = cs.discard();
-                "vetto: review: the session changed nothing in the project; no change set kept\n"
-                    .into()
-            }
+        let scanned = cs.scan();
+        if self.fresh && matches!(&scanned, Ok(entries) if entries.is_empty()) {
+            return match cs.discard_later() {
+                Ok(trash) => (
+                    "vetto: review: the session changed nothing in the project; no change set kept\n"
+                        .into(),
+                    Some(trash),
+                ),
+                Err(e) => (
+                    format!("vetto: review: the session changed nothing in the project, but its empty change set {id} could not be removed: {e}\n"),
+                    None,
+                ),
+            };
+        }
+        let saved = cs.save();
+        let msg = match scanned {
             Ok(entries) => {
                 let mut s = String::from("vetto: review: ");
                 s.push_str(&crate::changes_cmd::summary(&cs, &entries));
@@ -235,7 +247,8 @@ impl ReviewRun {
             Err(e) => {
                 format!("vetto: review: change set {id} kept, but it could not be read back: {e}\n")
             }
-        }
+        };
+        (msg, None)
     }
 }
 
