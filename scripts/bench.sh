@@ -137,11 +137,11 @@ for n in r:
 for mode in ("root", "rootless"):
     on, off = f"vetto {mode}", f"vetto {mode} (no audit)"
     if on in r and off in r:
-        print(f'audit on/off, {mode}: {ms(on) / ms(off):.3f}x, +{ms(on) - ms(off):.2f} ms (goal <= 0.5 ms)')
+        print(f'audit on/off, {mode}: {ms(on) / ms(off):.3f}x, {ms(on) - ms(off):+.2f} ms (goal <= 0.5 ms)')
 for mode in ("root", "rootless"):
     on, w = f"vetto {mode} review", f"vetto {mode}"
     if on in r and w in r:
-        print(f'review mode vs write, {mode}: +{ms(on) - ms(w):.2f} ms (goal <= +1 ms)')
+        print(f'review mode vs write, {mode}: {ms(on) - ms(w):+.2f} ms (goal <= +1 ms)')
 for mode in ("root", "rootless"):
     crun = next((n for n in (f"crun {mode}", f"crun {mode} (v2 view)") if n in r), None)
     if f"vetto {mode}" in r and crun:
