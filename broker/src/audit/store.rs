@@ -43,6 +43,17 @@ fn no_autocheckpoint(_: &rusqlite::hooks::Wal, _: std::ffi::c_int) -> rusqlite::
     Ok(())
 }
 
+/// The length in frames of the WAL of the database `db` with pages of `page_size` bytes, from
+/// the WAL file's size (a 32-byte header, then frames of a 24-byte header and a page each; 0
+/// when there is none). The file keeps its length when SQLite starts writing it from the
+/// beginning again, so this may count frames already folded: it errs towards folding.
+fn wal_frames(db: &Path, page_size: u64) -> u64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    let len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    len.saturating_sub(32) / (page_size.max(512) + 24)
+}
+
 /// The `prev` of the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -221,8 +232,6 @@ pub struct Store {
     /// The head this writer signed last, with the key it signed with: a head found identical
     /// (every field, the signature included) at the next append is not verified again.
     signed_last: Option<(ed25519_dalek::VerifyingKey, Checkpoint)>,
-    /// The database's page size (a WAL frame holds one).
-    page_size: u64,
 }
 
 impl Drop for Store {
@@ -398,14 +407,7 @@ impl Store {
             head,
             store_id: String::new(),
             signed_last: None,
-            page_size: 4096,
         };
-        if let Ok(n) = store
-            .conn
-            .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
-        {
-            store.page_size = u64::try_from(n).unwrap_or(4096).max(512);
-        }
         store.store_id = store.init(create)?;
         Ok(store)
     }
@@ -475,15 +477,15 @@ impl Store {
         self.conn.wal_hook(Some(no_autocheckpoint));
     }
 
-    /// The WAL's length in frames, from its file's size (a 32-byte header, then frames of a
-    /// 24-byte header and a page each). Its file keeps its length when SQLite starts writing it
-    /// from the beginning again, so this may count frames already folded: it errs towards
-    /// folding.
+    /// The WAL's length in frames ([`wal_frames`]), with this database's page size.
     fn wal_frames(&self) -> u64 {
-        let mut wal = self.paths.db.as_os_str().to_owned();
-        wal.push("-wal");
-        let len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-        len.saturating_sub(32) / (self.page_size + 24)
+        let page_size = self
+            .conn
+            .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
+            .ok()
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(4096);
+        wal_frames(&self.paths.db, page_size)
     }
 
     /// Fold the WAL into the database and cut it back to nothing (`TRUNCATE`), if it holds

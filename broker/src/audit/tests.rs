@@ -572,7 +572,8 @@ fn a_connection_that_does_not_defer_checkpoints_as_it_commits() {
 }
 
 /// The WAL's length in frames, from its file (a 32-byte header, then frames of a 24-byte
-/// header and a page each).
+/// header and a page each). Worked out here on its own, not with the store's `wal_frames`: a
+/// mistake there would otherwise hide from the test that bounds it.
 fn wal_frames(db: &std::path::Path) -> u64 {
     let mut wal = db.as_os_str().to_owned();
     wal.push("-wal");

@@ -474,7 +474,11 @@ impl ChangeSet {
     /// Discard the set, the removal left for later: its directory is renamed out of the
     /// listing at once (one rename), and [`Trash::remove`] removes it.
     pub fn discard_later(self) -> Result<Trash, ChangesError> {
-        let base = base_dir()?;
+        // The set lives in the base directory, checked when it was made or opened.
+        let base = match self.dir.parent() {
+            Some(p) => p.to_path_buf(),
+            None => base_dir()?,
+        };
         let name = trash_name(&self.meta.id);
         let to = base.join(&name);
         std::fs::rename(&self.dir, &to).map_err(io_err("remove", &self.dir))?;
