@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start-up cost of a sandboxed /bin/true: vetto against bubblewrap and crun, root and
-# rootless, in ONE hyperfine run, reported as means and ratios to bwrap. Then vetto's peak RSS.
+# rootless, in rounds of hyperfine runs, reported as medians and ratios to bwrap (within each
+# round, then the median over the rounds). Then vetto's peak RSS, and the rest below.
 # Needs: hyperfine bubblewrap crun time (scripts/deps.sh). Run as root (rootless variants use
 # setpriv to become nobody).
 set -euo pipefail
@@ -106,46 +107,91 @@ if [ -f "$order" ]; then
   echo "== code layout: $present of $listed functions of shim/layout/vetto.order are in this binary (target: all; else make layout)"
 fi
 
-echo "== one hyperfine run ($RUNS runs each)"
+# In rounds: each round runs every command ($ROUND_RUNS runs each, one command after the
+# other, as hyperfine does), and the ratios to bwrap are taken within a round, so that a drift
+# of the machine's speed over the minutes the bench takes (bwrap root went 4.3 -> 6.1 ms between
+# runs here) lands on both sides of a ratio instead of on one.
+ROUNDS=${BENCH_ROUNDS:-5}
+ROUND_RUNS=$(( (RUNS + ROUNDS - 1) / ROUNDS ))
+echo "== hyperfine, $ROUNDS rounds of $ROUND_RUNS runs of each command ($((ROUNDS * ROUND_RUNS)) runs each)"
 args=()
 for i in "${!names[@]}"; do args+=(-n "${names[$i]}" "${cmds[$i]}"); done
-hyperfine --shell=bash --warmup 5 --runs "$RUNS" --export-json "$work/h.json" "${args[@]}" 2>&1 \
-  | tee "$work/hyperfine.log" | grep -E 'Benchmark|Time' || true
-# hyperfine stops at the first run that fails, and the benchmarks after it are not run: say
-# which, and run that command again until it fails, to show its error.
-if grep -q '^Error' "$work/hyperfine.log"; then
-  n=$(grep -oE '^Benchmark [0-9]+' "$work/hyperfine.log" | tail -1 | grep -oE '[0-9]+')
-  echo "bench: hyperfine stopped at '${names[$((n - 1))]}': $(grep -m1 '^Error' "$work/hyperfine.log")"
-  for _ in $(seq 300); do
-    if ! bash -c "${cmds[$((n - 1))]}" >/dev/null 2>"$work/failed.err"; then
-      echo "bench: one of its runs failed with: $(head -c 800 "$work/failed.err")"
-      break
-    fi
-  done
-fi
+for round in $(seq "$ROUNDS"); do
+  hyperfine --shell=bash --warmup 2 --runs "$ROUND_RUNS" --export-json "$work/h.$round.json" "${args[@]}" \
+    >"$work/hyperfine.log" 2>&1 || true
+  # hyperfine stops at the first run that fails, and the benchmarks after it are not run: say
+  # which, and run that command again until it fails, to show its error.
+  if grep -q '^Error' "$work/hyperfine.log"; then
+    n=$(grep -oE '^Benchmark [0-9]+' "$work/hyperfine.log" | tail -1 | grep -oE '[0-9]+')
+    echo "bench: in round $round, hyperfine stopped at '${names[$((n - 1))]}': $(grep -m1 '^Error' "$work/hyperfine.log")"
+    for _ in $(seq 300); do
+      if ! bash -c "${cmds[$((n - 1))]}" >/dev/null 2>"$work/failed.err"; then
+        echo "bench: one of its runs failed with: $(head -c 800 "$work/failed.err")"
+        break
+      fi
+    done
+    rm -f "$work/h.$round.json"
+    break
+  fi
+done
 
-python3 - "$work/h.json" <<'PY'
-import json, sys
-r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
-ms = lambda n: r[n]["mean"] * 1e3 if n in r else float("nan")
-print(f'{"command":<26}{"mean ms":>10}{"± ms":>8}{"× bwrap (same mode)":>22}   (target for vetto: <= 1.5x)')
-for n in r:
+python3 - "$work" "$ROUNDS" <<'PY'
+import json, os, statistics as st, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+runs = []  # one dict per round: command -> its times (s)
+for i in range(1, rounds + 1):
+    f = os.path.join(work, f"h.{i}.json")
+    if os.path.exists(f):
+        runs.append({x["command"]: x["times"] for x in json.load(open(f))["results"]})
+if not runs:
+    sys.exit("bench: no complete hyperfine round")
+names = list(runs[0])
+allt = {n: [t for r in runs for t in r.get(n, [])] for n in names}
+med = lambda ts: st.median(ts) * 1e3 if ts else float("nan")
+ms = lambda n: med(allt.get(n, []))
+def ratios(a, b):
+    """a / b within each round (medians), and the median of those."""
+    rs = [med(r[a]) / med(r[b]) for r in runs if a in r and b in r and r[b]]
+    return rs, (st.median(rs) if rs else float("nan"))
+print(f"(ms: the median of all runs; a ratio: the median over the {len(runs)} rounds of the ratio within each round, with the rounds' lowest and highest)")
+print(f'{"command":<26}{"median ms":>10}{"sd ms":>8}{"x bwrap (same mode)":>22}{"rounds":>14}   (target for vetto: <= 1.5x)')
+for n in names:
     mode = "rootless" if "rootless" in n else "root"  # "vetto root FS-ONLY" is root
-    base = ms(f"bwrap {mode}")
-    ratio = f'{ms(n) / base:.2f}' if n.split()[0] in ("vetto", "crun", "bwrap") else ""
-    print(f'{n:<26}{ms(n):>10.2f}{r[n]["stddev"] * 1e3:>8.2f}{ratio:>22}')
+    base = f"bwrap {mode}"
+    ratio, spread = "", ""
+    if n.split()[0] in ("vetto", "crun", "bwrap") and base in allt:
+        rs, m = ratios(n, base)
+        ratio = f"{m:.2f}"
+        spread = f"{min(rs):.2f}-{max(rs):.2f}" if rs else ""
+    sd = st.stdev(allt[n]) * 1e3 if len(allt[n]) > 1 else 0.0
+    print(f'{n:<26}{ms(n):>10.2f}{sd:>8.2f}{ratio:>22}{spread:>14}')
+def diff(a, b):
+    ds = [med(r[a]) - med(r[b]) for r in runs if a in r and b in r]
+    return st.median(ds) if ds else float("nan"), ds
 for mode in ("root", "rootless"):
     on, off = f"vetto {mode}", f"vetto {mode} (no audit)"
-    if on in r and off in r:
-        print(f'audit on/off, {mode}: {ms(on) / ms(off):.3f}x, {ms(on) - ms(off):+.2f} ms (goal <= 0.5 ms)')
+    if on in allt and off in allt:
+        d, ds = diff(on, off)
+        print(f'audit on/off, {mode}: {d:+.2f} ms (rounds {min(ds):+.2f} to {max(ds):+.2f}; goal <= 0.5 ms)')
 for mode in ("root", "rootless"):
     on, w = f"vetto {mode} review", f"vetto {mode}"
-    if on in r and w in r:
-        print(f'review mode vs write, {mode}: {ms(on) - ms(w):+.2f} ms (goal <= +1 ms)')
+    if on in allt and w in allt:
+        d, ds = diff(on, w)
+        print(f'review mode vs write, {mode}: {d:+.2f} ms (rounds {min(ds):+.2f} to {max(ds):+.2f}; goal <= +1 ms)')
 for mode in ("root", "rootless"):
-    crun = next((n for n in (f"crun {mode}", f"crun {mode} (v2 view)") if n in r), None)
-    if f"vetto {mode}" in r and crun:
-        print(f'vetto {mode} / {crun} = {ms(f"vetto {mode}") / ms(crun):.2f}')
+    crun = next((n for n in (f"crun {mode}", f"crun {mode} (v2 view)") if n in allt), None)
+    if f"vetto {mode}" in allt and crun:
+        rs, m = ratios(f"vetto {mode}", crun)
+        print(f'vetto {mode} / {crun} = {m:.2f} (rounds {min(rs):.2f}-{max(rs):.2f})')
+    # The wrapper's own cost taken out: crun alone is (wrapper + crun) - (wrapper + /bin/true)
+    # + /bin/true, where /bin/true is run as the wrapper runs it (by setpriv, rootless).
+    wrap, alone = f"v2-view wrapper {mode}", ("setpriv true" if mode == "rootless" else "true")
+    if crun == f"crun {mode} (v2 view)" and all(n in allt for n in (wrap, alone, f"vetto {mode}")):
+        rs = [med(r[f"vetto {mode}"]) / (med(r[crun]) - med(r[wrap]) + med(r[alone]))
+              for r in runs if all(n in r for n in (crun, wrap, alone, f"vetto {mode}"))]
+        if rs:
+            print(f'vetto {mode} / crun {mode} with the wrapper taken out = {st.median(rs):.2f} '
+                  f'(rounds {min(rs):.2f}-{max(rs):.2f}; target <= 1.0)')
 PY
 
 # vetto's own pid is the front (shim/src/front.rs), which exits with the status while the
