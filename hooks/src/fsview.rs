@@ -235,12 +235,24 @@ impl Walk {
         Ok(())
     }
 
-    fn walk(&mut self, fd: OwnedFd, path: PathBuf, access: FsAccess) -> Result<(), FsViewError> {
+    /// Grant `access` to `fd` (at `path`), or go through it to its children. `known` is its
+    /// identity and type when the caller has just read them from this very descriptor (each
+    /// child of a directory gone through is inspected once, not once there and once here).
+    fn walk(
+        &mut self,
+        fd: OwnedFd,
+        path: PathBuf,
+        access: FsAccess,
+        known: Option<(Id, u32)>,
+    ) -> Result<(), FsViewError> {
         let io = |what, path: &Path| {
             let path = path.to_path_buf();
             move |source| FsViewError::Io { what, path, source }
         };
-        let (id, kind) = identity(fd.as_raw_fd()).map_err(io("inspecting", &path))?;
+        let (id, kind) = match known {
+            Some(k) => k,
+            None => identity(fd.as_raw_fd()).map_err(io("inspecting", &path))?,
+        };
         let access = match self.exceptions.get(&id) {
             Some(None) => return Ok(()),
             Some(Some(limit)) => narrower(access, *limit),
@@ -273,7 +285,7 @@ impl Walk {
                     open_at(fd.as_raw_fd(), c".", libc::O_PATH).map_err(io("reopening", &path))?;
                 self.met.push((dir, name.clone(), cid, child_path.clone()));
             }
-            self.walk(child, child_path, access)?;
+            self.walk(child, child_path, access, Some((cid, ckind)))?;
         }
         Ok(())
     }
@@ -387,7 +399,7 @@ pub fn build(view: &View) -> Result<Built, FsViewError> {
             kept.push((dup, path.clone()));
         }
         w.root = path.clone();
-        w.walk(fd, path, access)?;
+        w.walk(fd, path, access, None)?;
     }
     // Every exception beneath a root was met, and is still where it was met.
     for e in &view.exceptions {
