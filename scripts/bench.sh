@@ -149,9 +149,12 @@ names = list(runs[0])
 allt = {n: [t for r in runs for t in r.get(n, [])] for n in names}
 med = lambda ts: st.median(ts) * 1e3 if ts else float("nan")
 ms = lambda n: med(allt.get(n, []))
+def per_round(f, *ns):
+    """f of the commands' medians, in each round that ran them all."""
+    return [f(*(med(r[n]) for n in ns)) for r in runs if all(r.get(n) for n in ns)]
 def ratios(a, b):
-    """a / b within each round (medians), and the median of those."""
-    rs = [med(r[a]) / med(r[b]) for r in runs if a in r and b in r and r[b]]
+    """a / b within each round, and the median of those."""
+    rs = per_round(lambda x, y: x / y, a, b)
     return rs, (st.median(rs) if rs else float("nan"))
 print(f"(ms: the median of all runs; a ratio: the median over the {len(runs)} rounds of the ratio within each round, with the rounds' lowest and highest)")
 print(f'{"command":<26}{"median ms":>10}{"sd ms":>8}{"x bwrap (same mode)":>22}{"rounds":>14}   (target for vetto: <= 1.5x)')
@@ -166,7 +169,7 @@ for n in names:
     sd = st.stdev(allt[n]) * 1e3 if len(allt[n]) > 1 else 0.0
     print(f'{n:<26}{ms(n):>10.2f}{sd:>8.2f}{ratio:>22}{spread:>14}')
 def diff(a, b):
-    ds = [med(r[a]) - med(r[b]) for r in runs if a in r and b in r]
+    ds = per_round(lambda x, y: x - y, a, b)
     return st.median(ds) if ds else float("nan"), ds
 for mode in ("root", "rootless"):
     on, off = f"vetto {mode}", f"vetto {mode} (no audit)"
@@ -182,13 +185,13 @@ for mode in ("root", "rootless"):
     crun = next((n for n in (f"crun {mode}", f"crun {mode} (v2 view)") if n in allt), None)
     if f"vetto {mode}" in allt and crun:
         rs, m = ratios(f"vetto {mode}", crun)
-        print(f'vetto {mode} / {crun} = {m:.2f} (rounds {min(rs):.2f}-{max(rs):.2f})')
+        if rs:
+            print(f'vetto {mode} / {crun} = {m:.2f} (rounds {min(rs):.2f}-{max(rs):.2f})')
     # The wrapper's own cost taken out: crun alone is (wrapper + crun) - (wrapper + /bin/true)
     # + /bin/true, where /bin/true is run as the wrapper runs it (by setpriv, rootless).
     wrap, alone = f"v2-view wrapper {mode}", ("setpriv true" if mode == "rootless" else "true")
     if crun == f"crun {mode} (v2 view)" and all(n in allt for n in (wrap, alone, f"vetto {mode}")):
-        rs = [med(r[f"vetto {mode}"]) / (med(r[crun]) - med(r[wrap]) + med(r[alone]))
-              for r in runs if all(n in r for n in (crun, wrap, alone, f"vetto {mode}"))]
+        rs = per_round(lambda v, c, w, t: v / (c - w + t), f"vetto {mode}", crun, wrap, alone)
         if rs:
             print(f'vetto {mode} / crun {mode} with the wrapper taken out = {st.median(rs):.2f} '
                   f'(rounds {min(rs):.2f}-{max(rs):.2f}; target <= 1.0)')
