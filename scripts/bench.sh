@@ -43,7 +43,10 @@ c["mounts"].append({"destination": "/usr", "type": "bind", "source": "/usr", "op
 c["linux"].pop("resources", None)
 json.dump(c, open(p, "w"), indent=1)
 PY
-cp -a "$work/crun" "$work/crun-root"   # root's copy stays root-owned
+# Root's copy is root's: crun as root refuses ("cannot mkdir `proc`: Permission denied") a
+# rootfs another user owns, and the rootfs was given to nobody above.
+cp -a "$work/crun" "$work/crun-root"
+chown -R 0:0 "$work/crun-root"
 chown -R 65534:65534 "$work/crun"
 
 AS_NOBODY="setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all env -i HOME=$work/home PATH=/usr/bin:/bin XDG_RUNTIME_DIR=$rundir"
