@@ -592,9 +592,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     premade.detach();
     if let Some(r) = review.as_mut() {
         // The sandbox runs on the set from now on: it is kept, whatever happens next.
-        if let Err(e) = r.start() {
-            eprintln!("vetto: review: {e}");
-        }
+        r.start();
     }
     let broker = match (&listen_sock, &net.broker) {
         (Some(sock), Some(plan)) => {

@@ -744,6 +744,81 @@ both!(a_running_session_holds_its_change_set, |f| {
     assert!(out(&o).contains("A two.txt"), "{}", out(&o));
 });
 
+/// The sessions `meta.json` records (start and end, ms), read as the user's `vetto` reads it.
+fn recorded_sessions(f: &Fixture, id: &str) -> Vec<(i64, Option<i64>)> {
+    let p = changes_dir(f).join(id).join("meta.json");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&p).expect("meta.json")).expect("meta.json json");
+    v["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|s| {
+            (
+                s["started_ms"].as_i64().expect("start"),
+                s["ended_ms"].as_i64(),
+            )
+        })
+        .collect()
+}
+
+// A set records each session that ran on it, from the `meta.json` written as the set was
+// prepared (nothing is written as the sandbox starts): while a session runs, its record has
+// no end; when it ends, it has one; a resumed run refused before its sandbox started is not
+// recorded; and `vetto changes list` counts what ran.
+both!(a_change_set_records_the_sessions_that_ran_on_it, |f| {
+    let o = f.run_sh(REVIEW, "echo one > one.txt");
+    assert!(o.status.success(), "{}", err(&o));
+    let id = set_id(&err(&o));
+    let first = recorded_sessions(f, &id);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert!(first[0].1.is_some_and(|end| end >= first[0].0), "{first:?}");
+    // Refused after the set was opened (FS-ONLY cannot hold the overlay): not a session.
+    let o = f.run_sh(&["-q", "--tier", "fs-only", "--resume", &id], "touch ran");
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains("review mode needs the FULL tier"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(recorded_sessions(f, &id), first);
+    // A second session, seen while it runs and after.
+    let mut cmd = f.run_command(
+        &["-q", "--resume", &id],
+        &["/bin/sh", "-c", "touch started; sleep 2"],
+        &f.base_env(),
+    );
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = vetto_integration::spawn_retrying(&mut cmd);
+    let upper = changes_dir(f).join(&id).join("upper");
+    assert!(
+        vetto_integration::eventually(10, || upper.join("started").exists()),
+        "the resumed session did not start"
+    );
+    let running = recorded_sessions(f, &id);
+    assert_eq!(running.len(), 2, "{running:?}");
+    assert_eq!(running[0], first[0]);
+    assert!(
+        running[1].0 >= first[0].1.unwrap_or(0) && running[1].1.is_none(),
+        "{running:?}"
+    );
+    let o = child.wait_with_output().expect("wait");
+    assert!(o.status.success(), "{}", err(&o));
+    let done = recorded_sessions(f, &id);
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert!(
+        done[1].1.is_some_and(|end| end >= done[1].0 + 2000),
+        "{done:?}"
+    );
+    let o = f.vetto(&["changes", "list"]);
+    assert!(
+        out(&o).contains(&format!("{id}  ")) && out(&o).contains("2 session(s)"),
+        "{}",
+        out(&o)
+    );
+});
+
 both!(apply_keeps_modes_links_and_moved_directories_safe, |f| {
     let outside = f.root.join("outside");
     // A directory the user will move in later, made (and its file's ctime set) before the session.
@@ -863,6 +938,49 @@ both!(diffs_cannot_hide_what_they_show, |f| {
         "the hook changed without --include-handoff"
     );
     assert!(f.proj.join(".github").symlink_metadata().is_err());
+});
+
+// A protected path that is a link in the project (`.vscode` -> `editor`) protects what it
+// resolves to as well: a change there is a trust-handoff path of the set. The protected paths
+// that are absent, or plain names that are no link, stand for themselves.
+both!(a_protected_link_flags_what_it_resolves_to, |f| {
+    std::fs::create_dir(f.proj.join("editor")).expect("mkdir");
+    std::os::unix::fs::symlink("editor", f.proj.join(".vscode")).expect("ln");
+    std::fs::create_dir(f.proj.join(".idea")).expect("mkdir");
+    f.own(&f.proj);
+    let o = f.run_sh(
+        REVIEW,
+        "echo '{}' > editor/settings.json && echo x > plain.txt",
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let id = set_id(&err(&o));
+    let p = changes_dir(f).join(&id).join("meta.json");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&p).expect("meta.json")).expect("meta.json json");
+    let protected: Vec<&str> = v["protected"]
+        .as_array()
+        .expect("protected")
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    for p in [".vscode", "editor", ".idea", ".github/workflows"] {
+        assert!(protected.contains(&p), "{p} not in {protected:?}");
+    }
+    let e = err(&o);
+    let h = e
+        .find("trust-handoff paths")
+        .unwrap_or_else(|| panic!("{e}"));
+    let at = e
+        .find(" editor/settings.json\n")
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(
+        at > h && at < e.find("changes:").unwrap_or(usize::MAX),
+        "{e}"
+    );
+    assert!(
+        !e[h..e.find("changes:").unwrap_or(e.len())].contains("plain.txt"),
+        "{e}"
+    );
 });
 
 both!(

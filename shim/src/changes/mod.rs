@@ -282,9 +282,14 @@ fn lock(dir: &Path, id: &str) -> Result<std::fs::File, ChangesError> {
 
 impl ChangeSet {
     /// Make a new, empty change set for `project` (canonical, absolute) with the policy's
-    /// project-relative `protected` paths. The upper layer's root gets the project root's
+    /// project-relative `protected` paths, and `first`, the session it is made for, recorded
+    /// in the one `meta.json` written. The upper layer's root gets the project root's
     /// permission bits (the overlay's root shows them).
-    pub fn create(project: &Path, protected: Vec<String>) -> Result<Self, ChangesError> {
+    pub fn create(
+        project: &Path,
+        protected: Vec<String>,
+        first: Span,
+    ) -> Result<Self, ChangesError> {
         let base = base_dir()?;
         let pm = std::fs::metadata(project).map_err(io_err("inspect", project))?;
         let id = new_id();
@@ -312,7 +317,7 @@ impl ChangeSet {
                 project_ino: pm.ino(),
                 started_ns: now_ns(),
                 protected,
-                sessions: vec![],
+                sessions: vec![first],
                 accepted: BTreeMap::new(),
                 dirs: BTreeMap::new(),
                 boot_id: boot_id(),

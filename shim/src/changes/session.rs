@@ -2,7 +2,7 @@
 //! locked while the session runs, summarised at its end.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Component, Path};
 
 use vetto_bundle::host::{HostFacts, ReviewLayers};
 use vetto_bundle::resolve::Policy;
@@ -63,6 +63,16 @@ fn handoff_paths(facts: &HostFacts, policy: &Policy) -> Vec<String> {
         }
         let p = project.join(&pr.value);
         add(&p);
+        // Nothing there (lstat fails): it resolves to nothing either, and realpath's readlink
+        // of every component (most of the protected paths, in most projects) is skipped. A
+        // name directly in the (canonical) project that is not a link is its own resolution.
+        let mut c = Path::new(&pr.value).components();
+        let direct = matches!((c.next(), c.next()), (Some(Component::Normal(_)), None));
+        match std::fs::symlink_metadata(&p) {
+            Err(_) => continue,
+            Ok(m) if direct && !m.file_type().is_symlink() => continue,
+            Ok(_) => {}
+        }
         if let Ok(target) = p.canonicalize() {
             add(&target);
         }
@@ -102,6 +112,13 @@ impl ReviewRun {
                 base.display()
             )));
         }
+        // The session is recorded in the set with the one `meta.json` written here: its start
+        // is this moment (the sandbox's, a few milliseconds later), and a session refused
+        // before it started takes its record out again (the drop).
+        let span = Span {
+            started_ms: now_ms(),
+            ended_ms: None,
+        };
         let (cs, fresh) = match resume {
             Some(id) => {
                 let mut cs = ChangeSet::open(id)?;
@@ -119,11 +136,12 @@ impl ReviewRun {
                 // The marker this session's mount leaves is of this boot.
                 cs.clear_overlay_work()?;
                 cs.meta.boot_id = super::boot_id();
+                cs.meta.sessions.push(span);
                 cs.save()?;
                 (cs, false)
             }
             None => (
-                ChangeSet::create(&facts.project, handoff_paths(facts, policy))?,
+                ChangeSet::create(&facts.project, handoff_paths(facts, policy), span)?,
                 true,
             ),
         };
@@ -195,15 +213,11 @@ impl ReviewRun {
         }
     }
 
-    /// The session starts: recorded in the set (which is kept from now on).
-    pub fn start(&mut self) -> Result<(), ChangesError> {
+    /// The session starts: the set is kept from now on. Its record of the session was
+    /// written when the set was prepared, so nothing is written here, while the command runs
+    /// (a rename over `meta.json` makes ext4 start writing the new file's blocks out).
+    pub fn start(&mut self) {
         self.started = true;
-        let cs = self.cs.as_mut().expect("change set present");
-        cs.meta.sessions.push(Span {
-            started_ms: now_ms(),
-            ended_ms: None,
-        });
-        cs.save()
     }
 
     /// The session ended: record it and return the summary for stderr. A new set with nothing
@@ -256,8 +270,18 @@ impl Drop for ReviewRun {
     fn drop(&mut self) {
         self.settle();
         if let Some(cs) = self.cs.take() {
-            if self.fresh && !self.started {
-                let _ = cs.discard();
+            if !self.started {
+                match self.fresh {
+                    true => {
+                        let _ = cs.discard();
+                    }
+                    // A resumed set: the session that did not start is no longer recorded.
+                    false => {
+                        let mut cs = cs;
+                        cs.meta.sessions.pop();
+                        let _ = cs.save();
+                    }
+                }
             }
         }
     }
