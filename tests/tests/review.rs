@@ -708,26 +708,29 @@ both!(change_sets_are_hidden_from_every_sandbox, |f| {
     );
 });
 
-both!(a_running_session_holds_its_change_set, |f| {
-    let o = f.run_sh(REVIEW, "echo one > one.txt");
-    let id = set_id(&err(&o));
+/// `script` run by `sh -c` in a session resumed on the set `id`, once its sandbox has made
+/// `started` in the project (the script must).
+fn resume_running(f: &Fixture, id: &str, script: &str) -> std::process::Child {
     let mut cmd = f.run_command(
-        &["-q", "--resume", &id],
-        &[
-            "/bin/sh",
-            "-c",
-            "echo two > two.txt; touch started; sleep 3",
-        ],
+        &["-q", "--resume", id],
+        &["/bin/sh", "-c", script],
         &f.base_env(),
     );
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
     let child = vetto_integration::spawn_retrying(&mut cmd);
-    let upper = changes_dir(f).join(&id).join("upper");
+    let upper = changes_dir(f).join(id).join("upper");
     assert!(
         vetto_integration::eventually(10, || upper.join("started").exists()),
         "the resumed session did not start"
     );
+    child
+}
+
+both!(a_running_session_holds_its_change_set, |f| {
+    let o = f.run_sh(REVIEW, "echo one > one.txt");
+    let id = set_id(&err(&o));
+    let child = resume_running(f, &id, "echo two > two.txt; touch started; sleep 3");
     for args in [
         vec!["changes", "apply", id.as_str()],
         vec!["changes", "discard", id.as_str()],
@@ -783,19 +786,7 @@ both!(a_change_set_records_the_sessions_that_ran_on_it, |f| {
     );
     assert_eq!(recorded_sessions(f, &id), first);
     // A second session, seen while it runs and after.
-    let mut cmd = f.run_command(
-        &["-q", "--resume", &id],
-        &["/bin/sh", "-c", "touch started; sleep 2"],
-        &f.base_env(),
-    );
-    cmd.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let child = vetto_integration::spawn_retrying(&mut cmd);
-    let upper = changes_dir(f).join(&id).join("upper");
-    assert!(
-        vetto_integration::eventually(10, || upper.join("started").exists()),
-        "the resumed session did not start"
-    );
+    let child = resume_running(f, &id, "touch started; sleep 2");
     let running = recorded_sessions(f, &id);
     assert_eq!(running.len(), 2, "{running:?}");
     assert_eq!(running[0], first[0]);
