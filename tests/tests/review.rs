@@ -495,15 +495,8 @@ both!(trust_handoff_files_need_include_handoff, |f| {
     );
     let id = set_id(&err(&o));
     let e = err(&o);
-    let h = e.find("trust-handoff paths").expect("section");
     for p in [".mcp.json", ".vscode/tasks.json", ".git/config"] {
-        let at = e
-            .find(&format!(" {p}\n"))
-            .unwrap_or_else(|| panic!("{p} not listed: {e}"));
-        assert!(
-            at > h && at < e.find("changes:").expect("changes"),
-            "{p} not first: {e}"
-        );
+        assert!(listed_as_handoff(&e, p), "{p} not listed first: {e}");
     }
     let o = f.vetto(&["changes", "apply", &id]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
@@ -517,6 +510,24 @@ both!(trust_handoff_files_need_include_handoff, |f| {
 });
 
 /// Run `sh -c` as root (the test runner), for crafting a hostile upper layer by hand.
+/// The trust-handoff section of a review summary on stderr: from its heading to the
+/// `changes:` heading (both must be there).
+fn handoff_section(e: &str) -> std::ops::Range<usize> {
+    let h = e
+        .find("trust-handoff paths")
+        .unwrap_or_else(|| panic!("no trust-handoff section: {e}"));
+    let c = e
+        .find("changes:")
+        .unwrap_or_else(|| panic!("no changes section: {e}"));
+    h..c
+}
+
+/// Whether the summary `e` lists `p` first in its trust-handoff section.
+fn listed_as_handoff(e: &str, p: &str) -> bool {
+    e.find(&format!(" {p}\n"))
+        .is_some_and(|at| handoff_section(e).contains(&at))
+}
+
 fn sh(cmd: &str) {
     let st = std::process::Command::new("sh")
         .args(["-c", cmd])
@@ -747,12 +758,15 @@ both!(a_running_session_holds_its_change_set, |f| {
     assert!(out(&o).contains("A two.txt"), "{}", out(&o));
 });
 
+/// The set `id`'s `meta.json`.
+fn meta(f: &Fixture, id: &str) -> serde_json::Value {
+    let p = changes_dir(f).join(id).join("meta.json");
+    serde_json::from_slice(&std::fs::read(&p).expect("meta.json")).expect("meta.json json")
+}
+
 /// The sessions `meta.json` records (start and end, ms), read as the user's `vetto` reads it.
 fn recorded_sessions(f: &Fixture, id: &str) -> Vec<(i64, Option<i64>)> {
-    let p = changes_dir(f).join(id).join("meta.json");
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&p).expect("meta.json")).expect("meta.json json");
-    v["sessions"]
+    meta(f, id)["sessions"]
         .as_array()
         .expect("sessions")
         .iter()
@@ -901,17 +915,8 @@ both!(diffs_cannot_hide_what_they_show, |f| {
     );
     let id = set_id(&err(&o));
     let e = err(&o);
-    let h = e
-        .find("trust-handoff paths")
-        .unwrap_or_else(|| panic!("{e}"));
     for p in [".husky/pre-commit", ".github"] {
-        let at = e
-            .find(&format!(" {p}\n"))
-            .unwrap_or_else(|| panic!("{p}: {e}"));
-        assert!(
-            at > h && at < e.find("changes:").unwrap_or(usize::MAX),
-            "{p}: {e}"
-        );
+        assert!(listed_as_handoff(&e, p), "{p}: {e}");
     }
     let o = f.vetto(&["changes", "diff", &id, "note.txt"]);
     let d = out(&o);
@@ -945,9 +950,7 @@ both!(a_protected_link_flags_what_it_resolves_to, |f| {
     );
     assert!(o.status.success(), "{}", err(&o));
     let id = set_id(&err(&o));
-    let p = changes_dir(f).join(&id).join("meta.json");
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&p).expect("meta.json")).expect("meta.json json");
+    let v = meta(f, &id);
     let protected: Vec<&str> = v["protected"]
         .as_array()
         .expect("protected")
@@ -958,20 +961,8 @@ both!(a_protected_link_flags_what_it_resolves_to, |f| {
         assert!(protected.contains(&p), "{p} not in {protected:?}");
     }
     let e = err(&o);
-    let h = e
-        .find("trust-handoff paths")
-        .unwrap_or_else(|| panic!("{e}"));
-    let at = e
-        .find(" editor/settings.json\n")
-        .unwrap_or_else(|| panic!("{e}"));
-    assert!(
-        at > h && at < e.find("changes:").unwrap_or(usize::MAX),
-        "{e}"
-    );
-    assert!(
-        !e[h..e.find("changes:").unwrap_or(e.len())].contains("plain.txt"),
-        "{e}"
-    );
+    assert!(listed_as_handoff(&e, "editor/settings.json"), "{e}");
+    assert!(!e[handoff_section(&e)].contains("plain.txt"), "{e}");
 });
 
 both!(

@@ -269,20 +269,16 @@ impl ReviewRun {
 impl Drop for ReviewRun {
     fn drop(&mut self) {
         self.settle();
-        if let Some(cs) = self.cs.take() {
-            if !self.started {
-                match self.fresh {
-                    true => {
-                        let _ = cs.discard();
-                    }
-                    // A resumed set: the session that did not start is no longer recorded.
-                    false => {
-                        let mut cs = cs;
-                        cs.meta.sessions.pop();
-                        let _ = cs.save();
-                    }
-                }
+        match (self.cs.take(), self.started, self.fresh) {
+            (Some(cs), false, true) => {
+                let _ = cs.discard();
             }
+            // A resumed set: the session that did not start is no longer recorded.
+            (Some(mut cs), false, false) => {
+                cs.meta.sessions.pop();
+                let _ = cs.save();
+            }
+            _ => {}
         }
     }
 }
