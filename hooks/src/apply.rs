@@ -47,6 +47,14 @@ pub enum HardenError {
         /// Path inside the container.
         path: PathBuf,
     },
+    /// The network namespace joined is not the one made and checked for the sandbox.
+    #[error("network: the sandbox is not in the network namespace made for it (namespace {found}, expected {expected})")]
+    ForeignNetns {
+        /// What /proc/self/ns/net is.
+        found: String,
+        /// What it must be.
+        expected: String,
+    },
     /// A secret mask or a protection could not be placed.
     #[error("masks and protected paths: {0}")]
     Mount(#[from] mounts::MountError),
@@ -164,6 +172,10 @@ pub struct Hardening {
     pub binds: Vec<BindCheck>,
     /// Step 2.
     pub mounts: Vec<InitMount>,
+    /// Step 3: the network namespace this process must be in (nsfs device and inode), when
+    /// it was made ahead of time and joined by path (`vetto run`), checked before anything
+    /// is done in it.
+    pub netns: Option<(u64, u64)>,
     /// Step 3.
     pub network: Network,
     /// Step 4.
@@ -230,6 +242,18 @@ pub fn apply(h: &Hardening) -> Result<Applied, HardenError> {
     let mut done = Applied::default();
     check_binds(&h.binds)?;
     mounts::apply(&h.mounts)?;
+    if let Some(want) = h.netns {
+        let found = std::fs::metadata("/proc/self/ns/net").map(|m| (m.dev(), m.ino()));
+        if found.as_ref().ok() != Some(&want) {
+            return Err(HardenError::ForeignNetns {
+                found: match found {
+                    Ok((d, i)) => format!("{d}:{i}"),
+                    Err(e) => e.to_string(),
+                },
+                expected: format!("{}:{}", want.0, want.1),
+            });
+        }
+    }
     match &h.network {
         Network::Untouched => {}
         Network::LoopbackUp => netlo::loopback_up()?,
@@ -309,6 +333,7 @@ mod tests {
 
     fn hardening(rules: Vec<LandlockRule>) -> Hardening {
         Hardening {
+            netns: None,
             network: Network::LoopbackUp,
             no_new_privs: true,
             landlock: Some(LandlockPlan {
@@ -406,9 +431,45 @@ mod tests {
         });
     }
 
+    /// `vetto run` joins a network namespace made ahead of time: a process in any other one
+    /// stops before anything is applied, and one in the expected one goes on.
+    #[test]
+    fn another_network_namespace_stops_before_anything_is_applied() {
+        let own = std::fs::metadata("/proc/self/ns/net").expect("own netns");
+        let h = Hardening {
+            netns: Some((own.dev(), own.ino() + 1)),
+            network: Network::Untouched,
+            no_new_privs: true,
+            ..Hardening::default()
+        };
+        in_child(|| match apply(&h) {
+            Err(HardenError::ForeignNetns { found, expected }) => {
+                let status =
+                    std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+                if status.lines().any(|l| l == "NoNewPrivs:\t1") {
+                    return Err("restrictions applied before failing".into());
+                }
+                if found == expected {
+                    return Err(format!("{found} == {expected}"));
+                }
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        });
+        let h = Hardening {
+            netns: Some((own.dev(), own.ino())),
+            ..h
+        };
+        in_child(|| match apply(&h) {
+            Ok(_) => Ok(()),
+            other => Err(format!("{other:?}")),
+        });
+    }
+
     #[test]
     fn loopback_only_accepts_lo_alone_and_refuses_another_interface() {
         let h = Hardening {
+            netns: None,
             network: Network::LoopbackOnly("off".into()),
             ..Hardening::default()
         };

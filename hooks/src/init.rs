@@ -96,6 +96,7 @@ pub fn hardening(
     Ok(Hardening {
         binds: vec![],
         mounts: plan.mounts.clone(),
+        netns: None,
         network: match plan.loopback_up {
             true => Network::LoopbackUp,
             false => Network::Untouched,

@@ -51,22 +51,10 @@ const RELAYED: &[libc::c_int] = &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, lib
 static STATUS: Mutex<Option<(OwnedFd, Option<OwnedFd>)>> = Mutex::new(None);
 /// The front's pid, in the supervisor (0: there is no front).
 static FRONT: AtomicI32 = AtomicI32::new(0);
-/// In the supervisor: the read end of the tier probe the front runs ([`probe_report`]).
-static PROBE: Mutex<Option<OwnedFd>> = Mutex::new(None);
-
-/// In the supervisor: where the verdict of the tier probe the front started arrives (`--tier
-/// auto`; see `tier.rs`), if it started one. The front is idle while the supervisor builds
-/// the policy: run there, the probe (a `CLONE_VM` child with namespaces of its own) costs the
-/// supervisor a read, where its clone, wait and reaping in the supervisor were ~0.2 ms of
-/// the start (`--tier full`, which runs none, measured against `auto`).
-pub fn probe_report() -> Option<OwnedFd> {
-    PROBE.lock().ok().and_then(|mut p| p.take())
-}
 
 /// Fork the supervisor, and become the front: returns in the supervisor only (or in the
-/// only process, if the fork failed). With `probe`, the front also runs the tier probe
-/// ([`probe_report`]). Call it first thing, while the process has one thread.
-pub fn split(probe: bool) {
+/// only process, if the fork failed). Call it first thing, while the process has one thread.
+pub fn split() {
     // A caller that ignores SIGCHLD would have the kernel reap the supervisor unseen (and
     // the supervisor its own children): its default action, which is to do nothing, is put
     // back first, for both.
@@ -96,15 +84,6 @@ pub fn split(probe: bool) {
     }
     // SAFETY: two fresh descriptors, ours alone.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // The probe's pipe: the supervisor reads, the probe the front clones writes.
-    let probe_pipe = probe.then(|| {
-        let mut p = [-1; 2];
-        // SAFETY: pipe2 fills the two-element array.
-        (unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } == 0)
-            // SAFETY: two fresh descriptors, ours alone.
-            .then(|| unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
-    });
-    let probe_pipe = probe_pipe.flatten();
     // SAFETY: getpid has no preconditions.
     let front = unsafe { libc::getpid() };
     // SAFETY: the process has one thread (main's first step), so the child inherits no lock
@@ -129,33 +108,16 @@ pub fn split(probe: bool) {
             if let Ok(mut s) = STATUS.lock() {
                 *s = Some((w, pidfd));
             }
-            if let (Some((pr, _pw)), Ok(mut p)) = (probe_pipe, PROBE.lock()) {
-                *p = Some(pr);
-            }
         }
         child => {
             drop(w);
-            // The probe: its verdict goes to the supervisor. If it cannot be started, the
-            // supervisor reads no verdict and FULL fails closed, saying so (`tier.rs`).
-            let probe = probe_pipe.and_then(|(pr, pw)| {
-                drop(pr);
-                let started = crate::tier::clone_probe(pw.as_raw_fd()).ok();
-                drop(pw);
-                // Its stack stays mapped for the front's life: the probe may run on it yet.
-                started.map(|(pid, stack)| {
-                    std::mem::forget(stack);
-                    pid
-                })
-            });
-            relay(child, r, sfd, probe)
+            relay(child, r, sfd)
         }
     }
 }
 
-/// The front's life: wait for the status (or the supervisor's end), relaying signals; the
-/// probe (if it started one) is reaped when it ends.
-fn relay(child: libc::pid_t, status: OwnedFd, sfd: OwnedFd, probe: Option<libc::pid_t>) -> ! {
-    let mut probe = probe;
+/// The front's life: wait for the status (or the supervisor's end), relaying signals.
+fn relay(child: libc::pid_t, status: OwnedFd, sfd: OwnedFd) -> ! {
     loop {
         let mut fds = [
             libc::pollfd {
@@ -186,7 +148,7 @@ fn relay(child: libc::pid_t, status: OwnedFd, sfd: OwnedFd, probe: Option<libc::
             }
         }
         if fds[1].revents != 0 {
-            drain_signals(child, sfd.as_raw_fd(), &mut probe);
+            drain_signals(child, sfd.as_raw_fd());
         }
     }
     // No status: the supervisor's own end tells.
@@ -206,7 +168,7 @@ fn relay(child: libc::pid_t, status: OwnedFd, sfd: OwnedFd, probe: Option<libc::
 
 /// Read what the signalfd holds: relay what was sent to the front, and end as the supervisor
 /// did if it has exited.
-fn drain_signals(child: libc::pid_t, sfd: RawFd, probe: &mut Option<libc::pid_t>) {
+fn drain_signals(child: libc::pid_t, sfd: RawFd) {
     loop {
         // SAFETY: signalfd_siginfo is plain data.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
@@ -218,13 +180,6 @@ fn drain_signals(child: libc::pid_t, sfd: RawFd, probe: &mut Option<libc::pid_t>
         }
         let sig = info.ssi_signo as libc::c_int;
         if sig == libc::SIGCHLD {
-            if let Some(p) = *probe {
-                let mut st = 0;
-                // SAFETY: polling our own child's state.
-                if unsafe { libc::waitpid(p, &mut st, libc::WNOHANG) } == p {
-                    *probe = None;
-                }
-            }
             let mut st = 0;
             // SAFETY: polling our own child's state.
             if unsafe { libc::waitpid(child, &mut st, libc::WNOHANG) } == child {

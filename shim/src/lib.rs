@@ -20,6 +20,7 @@ pub mod fsonly;
 pub mod handoff;
 pub mod nested;
 pub mod netcheck;
+pub mod nsstage;
 pub mod oci;
 pub mod pids;
 pub mod policy_cmd;

@@ -93,11 +93,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 fn main() -> ExitCode {
     let cli = vetto::cli::parse();
-    if let Command::Run(args) = &cli.command {
+    if matches!(cli.command, Command::Run(_)) {
         // The caller waits for this process: it becomes the front, which exits with the
-        // command's status as soon as the supervisor (its child, from here) has it; with
-        // `--tier auto` it also runs the tier probe meanwhile.
-        vetto::front::split(args.tier == vetto::tier::TierChoice::Auto);
+        // command's status as soon as the supervisor (its child, from here) has it.
+        vetto::front::split();
     } else {
         // Printing commands end quietly when their reader goes away (`| head`).
         // SAFETY: restoring the default disposition of one signal before any thread exists.

@@ -153,12 +153,13 @@ fn drain_once(from: RawFd, to: RawFd) -> bool {
 /// Run the command; returns its exit status.
 pub fn run(args: &RunArgs) -> Result<u8> {
     let mut ph = Phases::new();
-    // `--tier auto`: the probe runs in the front (or here, without one) while the policy is
-    // built.
-    let mut probe = (args.tier == crate::tier::TierChoice::Auto).then(|| {
-        crate::front::probe_report()
-            .map_or_else(crate::tier::Probe::spawn, crate::tier::Probe::reported)
-    });
+    // FULL's user, network and IPC namespaces, made by a helper on the other CPU while the
+    // policy is built (nsstage.rs); collected and checked when the tier is chosen (with
+    // `--tier auto`, its outcome is the tier probe's verdict), closed if it is not FULL.
+    // SAFETY: getuid and getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut stage = (args.tier != crate::tier::TierChoice::FsOnly)
+        .then(|| crate::nsstage::Stage::spawn(uid, gid));
     // The audit store's directory exists before the sandbox is planned, so the plan masks it
     // (the key is made in it when the session's recorder opens, before anything runs).
     let audit_dir = audit::prepare(&args.audit)?;
@@ -257,30 +258,36 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             bail!("network: a nested sandbox runs with the network off: its broker would dial from inside the parent sandbox, which has no network but the parent's broker; run the nested sandbox with the network off");
         }
     }
-    let tier = match crate::tier::select(
-        args.tier,
-        policy.require.value,
-        facts.landlock_abi,
-        probe.as_mut(),
-    ) {
-        Ok(tier) => tier,
-        Err(why) => {
-            if let Some(dir) = &audit_dir {
-                let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
-                if let Ok(cfg) = audit::run_config(dir, &args.audit, None, &home) {
-                    audit::refusal(
-                        &cfg,
-                        &session::new_id(),
-                        "tier",
-                        vec![why.clone()],
-                        &args.command,
-                        Engine::Run,
-                    );
+    let mut staged = stage
+        .take()
+        .map(|s| s.and_then(crate::nsstage::Stage::collect));
+    let verdict = staged
+        .as_ref()
+        .map(|r| r.as_ref().map(|_| ()).map_err(|e| e.as_no_full()));
+    let tier =
+        match crate::tier::select(args.tier, policy.require.value, facts.landlock_abi, verdict) {
+            Ok(tier) => tier,
+            Err(why) => {
+                if let Some(dir) = &audit_dir {
+                    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+                    if let Ok(cfg) = audit::run_config(dir, &args.audit, None, &home) {
+                        audit::refusal(
+                            &cfg,
+                            &session::new_id(),
+                            "tier",
+                            vec![why.clone()],
+                            &args.command,
+                            Engine::Run,
+                        );
+                    }
                 }
+                bail!("{why}");
             }
-            bail!("{why}");
-        }
-    };
+        };
+    if tier != Tier::Full {
+        // FS-ONLY: the namespaces (if any were made) are closed now.
+        staged = None;
+    }
     let tier_name = match tier {
         Tier::Full => "FULL",
         Tier::FsOnly => "FS-ONLY",
@@ -370,6 +377,14 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             access: vetto_bundle::plan::FsAccess::ReadExec,
             optional: false,
         });
+    // FULL from here: the namespaces made ahead of time, checked, or the command does not
+    // run (a failure names the step).
+    let namespaces = staged
+        .take()
+        .unwrap_or(Err(crate::nsstage::NsStageError::NoReport))
+        .context(
+            "tier FULL: the sandbox's namespaces could not be set up; the command does not run",
+        )?;
     let sess = session::create(&root)?;
     let bundle = sess.bundle();
 
@@ -377,10 +392,18 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // user namespace (0 there is the caller on the host).
     let mut spec = std::mem::take(&mut t.spec);
     spec["process"]["args"] = Value::from(args.command.clone());
+    // The user, network and IPC namespaces are joined, not made: their maps are written
+    // already (the sandbox's user namespace maps 0 -> 0 of the supervisor's, i.e. -> the
+    // caller), so the spec carries none.
     for m in ["uidMappings", "gidMappings"] {
-        if let Some(list) = spec["linux"][m].as_array_mut() {
-            for e in list {
-                e["hostID"] = Value::from(0);
+        if let Some(l) = spec["linux"].as_object_mut() {
+            l.remove(m);
+        }
+    }
+    for (ty, path) in namespaces.paths() {
+        if let Some(list) = spec["linux"]["namespaces"].as_array_mut() {
+            for ns in list.iter_mut().filter(|n| n["type"] == ty) {
+                ns["path"] = Value::from(path.clone());
             }
         }
     }
@@ -461,7 +484,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // started here, outside the user namespace and the pids cgroup (see audit/writer.rs).
     let audit_pending =
         audit::start_writer(audit_cfg.as_ref(), &sess.id, audit_start, &args.audit)?;
-    userns::enter(facts.uid, facts.gid)?;
+    userns::enter_prepared(&namespaces)?;
     let mut premade = crate::rootfs::Premade::make(&rootfs, &premade)?;
     ph.mark("userns");
 
@@ -490,13 +513,15 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     )
     .context("supervisor: signalfd")?;
     // Compiled here, before anything is cloned: a bad deny-list fails first.
-    let hardening = vetto_hooks::init::hardening(
+    let mut hardening = vetto_hooks::init::hardening(
         &t.plan,
         listen_chan
             .as_ref()
             .map(|(_, init_end)| init_end.as_raw_fd()),
         pidfd.as_ref().map(|p| p.as_raw_fd()),
     )?;
+    // The init checks that it joined the network namespace checked here.
+    hardening.netns = Some(namespaces.net_id());
     let mode = Mode::Supervised {
         tty,
         error_fd: Some(err_w.as_raw_fd()),
@@ -539,6 +564,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             bail!("{msg}");
         }
     };
+    // The sandbox holds its namespaces now; the supervisor's descriptors of them go.
+    drop(namespaces);
     ph.mark("create");
     // The record exists before the command runs. Only the writer opens the store, so no
     // sandbox process holds one of its descriptors.

@@ -78,8 +78,9 @@ pub fn probe_full() -> Result<(), NoFull> {
     Probe::spawn().verdict()
 }
 
-/// The probe child, started early so that it runs while the policy is built, and asked for
-/// its verdict when the tier is chosen. The child reports success on a pipe before it exits:
+/// The probe child (`vetto doctor`; `vetto run` asks the helper that makes FULL's namespaces
+/// instead, `nsstage.rs`, whose steps are the same and more). The child reports success on a
+/// pipe before it exits:
 /// its exit (tearing its namespaces down) takes longer than the probe itself and is not
 /// waited for then. It is reaped when the `Probe` is dropped, through a pidfd (a pid some
 /// other wait reaped and the kernel reused is never waited for).
@@ -106,9 +107,8 @@ pub struct Probe {
 const STACK_SIZE: usize = 64 * 1024;
 
 /// Clone the probe child, reporting on `report` (a pipe's write end): its pid and the stack
-/// it runs on, which must stay mapped until it has exited. Also used by `vetto run`'s front
-/// (`front.rs`), which runs the probe while the supervisor builds the policy.
-pub fn clone_probe(report: RawFd) -> Result<(libc::pid_t, ChildStack), NoFull> {
+/// it runs on, which must stay mapped until it has exited.
+fn clone_probe(report: RawFd) -> Result<(libc::pid_t, ChildStack), NoFull> {
     let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     let Ok(stack) = ChildStack::new(STACK_SIZE) else {
         return Err(NoFull {
@@ -176,18 +176,6 @@ impl Probe {
         }
     }
 
-    /// A probe another process runs (the front's, `front.rs`), whose verdict arrives on
-    /// `report`: nothing to reap here.
-    pub fn reported(report: OwnedFd) -> Probe {
-        Probe {
-            pid: -1,
-            pidfd: None,
-            report: Some(report),
-            failed: None,
-            stack: None,
-        }
-    }
-
     /// The verdict: the child's report, or on none its exit status's failed step and errno.
     pub fn verdict(&mut self) -> Result<(), NoFull> {
         if let Some(f) = &self.failed {
@@ -215,8 +203,8 @@ impl Probe {
             return Err(no);
         }
         if self.pid <= 0 {
-            // Run elsewhere, and ended without a verdict (killed): not a reason to run
-            // weaker, nor to run at all.
+            // No child to ask (reaped already) and no verdict: not a reason to run weaker,
+            // nor to run at all.
             let no = NoFull {
                 step: "the probe (it ended without a verdict)",
                 errno: libc::EIO,
@@ -381,7 +369,7 @@ pub fn select(
     choice: TierChoice,
     require: Tier,
     landlock_abi: Option<u32>,
-    probe: Option<&mut Probe>,
+    probe: Option<Result<(), NoFull>>,
 ) -> Result<Tier, String> {
     let fs_only = || match fs_only_missing(landlock_abi) {
         None => Ok(Tier::FsOnly),
@@ -401,7 +389,7 @@ pub fn select(
             "--tier fs-only: the policy requires the FULL tier (sandbox.require = \"full\"); the command does not run".into(),
         ),
         TierChoice::FsOnly => fs_only(),
-        TierChoice::Auto => match probe.map_or_else(probe_full, |p| p.verdict()) {
+        TierChoice::Auto => match probe.unwrap_or_else(probe_full) {
             Ok(()) => full(),
             // Out of user namespaces (the quota, not a setting) or of memory: a transient
             // failure is not a reason to run weaker.

@@ -121,6 +121,19 @@ pub fn enter(uid: u32, gid: u32) -> Result<()> {
     read_only_cgroup_view()
 }
 
+/// Enter the supervisor namespace that `nsstage` made ahead of time (U1, with the same maps
+/// [`enter`] writes), and a private mount namespace owned by it, as [`enter`] does. Must be
+/// called while the process is single-threaded, with the helper reaped.
+pub fn enter_prepared(ns: &crate::nsstage::Namespaces) -> Result<()> {
+    ns.enter_outer()?;
+    // SAFETY: unshare with a flag only; the process is single-threaded here.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        let e = std::io::Error::last_os_error();
+        bail!("mount namespace: cannot create one for the supervisor: {e}");
+    }
+    read_only_cgroup_view()
+}
+
 /// In the current (already private) mount namespace: make `/` private and show a read-only
 /// cgroup2 hierarchy at `/sys/fs/cgroup`, so libcontainer creates no cgroup (it tolerates
 /// EROFS). Used by `vetto run` and by rootless `vetto-shim`.

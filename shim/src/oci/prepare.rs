@@ -202,6 +202,7 @@ impl ShimState {
         }
         Ok(Hardening {
             binds: plan.map(|p| p.binds.clone()).unwrap_or_default(),
+            netns: None,
             network: match plan.is_some_and(|p| p.loopback_only) {
                 true => Network::LoopbackOnly(self.network_mode.clone()),
                 false => Network::Untouched,
