@@ -1,7 +1,7 @@
 //! The FULL tier's user, network and IPC namespaces, made ahead of time on the other CPU.
 //!
 //! Without it, a session makes them one after the other on its critical path: the supervisor
-//! its own user namespace (U1, 0 → the caller) in `userns::enter`, then libcontainer's
+//! its own user namespace (U1, 0 → the caller), then libcontainer's
 //! intermediate process the sandbox's (U2, 0 → 0 of U1) with a round trip to the supervisor
 //! for its maps, then the container's init the network namespace (`copy_net_ns`: ~0.35 ms
 //! here, most of it registering `lo` and its sysctls) and the IPC namespace. None of that
@@ -191,8 +191,9 @@ impl Stage {
         // SAFETY: the child runs `helper_entry` on `stack`, which is kept mapped until the
         // child has been reaped (`collect`, or `Drop`, which leaks it if the wait fails). It
         // shares this process's memory (CLONE_VM) but reads only `args`, boxed and left
-        // untouched until it is reaped, and writes only its stack; it allocates nothing and
-        // calls the kernel through rustix (no errno). CLONE_FILES: what it opens is ours, and
+        // untouched until it is reaped, and writes only its stack and std's CPU-feature cache
+        // (atomics, filled the same by whoever comes first); it allocates nothing, touches no
+        // thread-local, and calls the kernel through rustix (no errno). CLONE_FILES: what it opens is ours, and
         // it closes only the map files it opened itself. Without CLONE_FS or CLONE_SIGHAND
         // it may unshare a user namespace, and SIGCHLD tells us of its exit as a fork's
         // would.

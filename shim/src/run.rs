@@ -158,7 +158,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // `--tier auto`, its outcome is the tier probe's verdict), closed if it is not FULL.
     // SAFETY: getuid and getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let mut stage = (args.tier != crate::tier::TierChoice::FsOnly)
+    let stage = (args.tier != crate::tier::TierChoice::FsOnly)
         .then(|| crate::nsstage::Stage::spawn(uid, gid));
     // The audit store's directory exists before the sandbox is planned, so the plan masks it
     // (the key is made in it when the session's recorder opens, before anything runs).
@@ -258,9 +258,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             bail!("network: a nested sandbox runs with the network off: its broker would dial from inside the parent sandbox, which has no network but the parent's broker; run the nested sandbox with the network off");
         }
     }
-    let mut staged = stage
-        .take()
-        .map(|s| s.and_then(crate::nsstage::Stage::collect));
+    let mut staged = stage.map(|s| s.and_then(crate::nsstage::Stage::collect));
     let verdict = staged
         .as_ref()
         .map(|r| r.as_ref().map(|_| ()).map_err(|e| e.as_no_full()));
@@ -388,8 +386,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let sess = session::create(&root)?;
     let bundle = sess.bundle();
 
-    // config.json: the translated spec, with the command and the ids of the supervisor's
-    // user namespace (0 there is the caller on the host).
+    // config.json: the translated spec, with the command, joining the namespaces made ahead
+    // of time.
     let mut spec = std::mem::take(&mut t.spec);
     spec["process"]["args"] = Value::from(args.command.clone());
     // The user, network and IPC namespaces are joined, not made: their maps are written

@@ -80,9 +80,8 @@ pub fn probe_full() -> Result<(), NoFull> {
 
 /// The probe child (`vetto doctor`; `vetto run` asks the helper that makes FULL's namespaces
 /// instead, `nsstage.rs`, whose steps are the same and more). The child reports success on a
-/// pipe before it exits:
-/// its exit (tearing its namespaces down) takes longer than the probe itself and is not
-/// waited for then. It is reaped when the `Probe` is dropped, through a pidfd (a pid some
+/// pipe before it exits: its exit (tearing its namespaces down) takes longer than the probe
+/// itself and is not waited for then. It is reaped when the `Probe` is dropped, through a pidfd (a pid some
 /// other wait reaped and the kernel reused is never waited for).
 ///
 /// The child shares the supervisor's memory (`CLONE_VM`) instead of being a fork: a fork

@@ -10,19 +10,12 @@
 //!   cgroup is created, joined or left behind (the attach costs 4–15 ms and is the main
 //!   start-up cost); limits are rlimits (see docs/policy.md);
 //! - nothing of the host's mount table is changed.
+//!
+//! `vetto run`'s user namespace is made ahead of time by `nsstage`'s helper and joined here
+//! ([`enter_prepared`]); rootless `vetto-shim` makes only a mount namespace and calls
+//! [`read_only_cgroup_view`].
 
-use std::io::Write;
-
-use anyhow::{bail, Context, Result};
-
-fn write(path: &str, text: &str) -> Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening {path}"))?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("writing {text:?} to {path}"))
-}
+use anyhow::{bail, Result};
 
 /// The filesystem type (`statfs` f_type) at `path`.
 pub(crate) fn fs_magic(path: &str) -> Option<i64> {
@@ -108,22 +101,9 @@ pub(crate) fn bind_read_only(src: &std::ffi::CStr, dst: &std::ffi::CStr) -> Resu
     Ok(())
 }
 
-/// Enter the supervisor namespace. Must be called while the process is single-threaded.
-pub fn enter(uid: u32, gid: u32) -> Result<()> {
-    // SAFETY: unshare with flags only; the process is single-threaded here.
-    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
-        let e = std::io::Error::last_os_error();
-        bail!("user namespaces: cannot create one for the supervisor: {e} (see `vetto doctor`)");
-    }
-    write("/proc/self/setgroups", "deny")?;
-    write("/proc/self/uid_map", &format!("0 {uid} 1\n"))?;
-    write("/proc/self/gid_map", &format!("0 {gid} 1\n"))?;
-    read_only_cgroup_view()
-}
-
-/// Enter the supervisor namespace that `nsstage` made ahead of time (U1, with the same maps
-/// [`enter`] writes), and a private mount namespace owned by it, as [`enter`] does. Must be
-/// called while the process is single-threaded, with the helper reaped.
+/// Enter the supervisor namespace that `nsstage` made ahead of time (U1: 0 → the caller,
+/// setgroups denied), and make a private mount namespace owned by it with the read-only
+/// cgroup view. Must be called while the process is single-threaded, with the helper reaped.
 pub fn enter_prepared(ns: &crate::nsstage::Namespaces) -> Result<()> {
     ns.enter_outer()?;
     // SAFETY: unshare with a flag only; the process is single-threaded here.
