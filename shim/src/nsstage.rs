@@ -137,7 +137,8 @@ pub struct Stage {
     read: OwnedFd,
     /// Mapped until the helper has exited (never unmapped under a running helper).
     stack: Option<ChildStack>,
-    args: Box<Args>,
+    /// Read by the helper until it has exited (leaked, never freed, under a running one).
+    args: Option<Box<Args>>,
 }
 
 /// The namespaces, checked: the supervisor's user namespace (U1) and the sandbox's user,
@@ -221,7 +222,7 @@ impl Stage {
             pid,
             read,
             stack: Some(stack),
-            args,
+            args: Some(args),
         })
     }
 
@@ -249,8 +250,7 @@ impl Stage {
         let mut it = owned.into_iter();
         let mut next = || it.next().flatten().ok_or(NsStageError::NoReport);
         let (outer, user, net, ipc) = (next()?, next()?, next()?, next()?);
-        check(&outer, &user, &net, &ipc)?;
-        let net_id = ns_id(&net)?;
+        let net_id = check(&outer, &user, &net, &ipc)?;
         Ok(Namespaces {
             outer,
             user,
@@ -341,8 +341,10 @@ impl Stage {
                 self.pid = -1;
                 // It has exited: its copy of the report's write end is gone with it; ours
                 // (the same descriptor, in the table it shared) is closed now.
-                // SAFETY: the write end we forgot in `spawn`, still open, ours alone.
-                drop(unsafe { OwnedFd::from_raw_fd(self.args.report) });
+                if let Some(a) = &self.args {
+                    // SAFETY: the write end we forgot in `spawn`, still open, ours alone.
+                    drop(unsafe { OwnedFd::from_raw_fd(a.report) });
+                }
                 return;
             }
             if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
@@ -367,30 +369,22 @@ impl Drop for Stage {
             // Not reaped (the wait failed): it may still run on its stack and read its
             // arguments, which are left as they are.
             std::mem::forget(self.stack.take());
-            let args = std::mem::replace(
-                &mut self.args,
-                Box::new(Args {
-                    report: -1,
-                    maps: Maps {
-                        outer_uid: vec![],
-                        outer_gid: vec![],
-                    },
-                }),
-            );
-            std::mem::forget(args);
+            std::mem::forget(self.args.take());
         }
     }
 }
 
 fn ns_id(fd: &OwnedFd) -> Result<(u64, u64), NsStageError> {
-    let f = std::fs::File::from(
-        fd.try_clone()
-            .map_err(|e| NsStageError::Check(format!("dup: {e}")))?,
-    );
-    let m = f
-        .metadata()
-        .map_err(|e| NsStageError::Check(format!("fstat of a namespace: {e}")))?;
-    Ok((m.dev(), m.ino()))
+    // SAFETY: an all-zero stat is valid for the kernel to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat of a descriptor we own into a local struct.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(NsStageError::Check(format!(
+            "fstat of a namespace: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok((st.st_dev, st.st_ino))
 }
 
 fn ioctl_fd(fd: &OwnedFd, req: libc::c_ulong) -> Result<OwnedFd, NsStageError> {
@@ -406,12 +400,13 @@ fn ioctl_fd(fd: &OwnedFd, req: libc::c_ulong) -> Result<OwnedFd, NsStageError> {
     Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }
 
+/// The checks of the module doc; the network namespace's identity, for the init's check.
 fn check(
     outer: &OwnedFd,
     user: &OwnedFd,
     net: &OwnedFd,
     ipc: &OwnedFd,
-) -> Result<(), NsStageError> {
+) -> Result<(u64, u64), NsStageError> {
     let kind = |fd: &OwnedFd, want: libc::c_int, what: &str| {
         // SAFETY: NS_GET_NSTYPE takes no argument and returns the type.
         let t = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
@@ -435,9 +430,10 @@ fn check(
         true => Ok(()),
         false => Err(NsStageError::Check(what.to_string())),
     };
+    let (outer_id, user_id, net_id) = (ns_id(outer)?, ns_id(user)?, ns_id(net)?);
     same(
         ns_id(&ioctl_fd(user, NS_GET_PARENT)?)?,
-        ns_id(outer)?,
+        outer_id,
         "the sandbox's user namespace is not a child of the supervisor's",
     )?;
     same(
@@ -445,22 +441,22 @@ fn check(
         own(c"/proc/self/ns/user")?,
         "the supervisor's new user namespace is not a child of its own",
     )?;
-    for (fd, what, mine) in [
-        (net, "network", c"/proc/self/ns/net"),
-        (ipc, "IPC", c"/proc/self/ns/ipc"),
+    for (fd, id, what, mine) in [
+        (net, net_id, "network", c"/proc/self/ns/net"),
+        (ipc, ns_id(ipc)?, "IPC", c"/proc/self/ns/ipc"),
     ] {
         same(
             ns_id(&ioctl_fd(fd, NS_GET_USERNS)?)?,
-            ns_id(user)?,
+            user_id,
             &format!("the {what} namespace is not owned by the sandbox's user namespace"),
         )?;
-        if ns_id(fd)? == own(mine)? {
+        if id == own(mine)? {
             return Err(NsStageError::Check(format!(
                 "the {what} namespace is the supervisor's own"
             )));
         }
     }
-    Ok(())
+    Ok(net_id)
 }
 
 impl Namespaces {
